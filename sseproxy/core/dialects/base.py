@@ -1,0 +1,279 @@
+"""What every dialect assembler shares: content tallies, tool-call buffers, JSON, errors.
+
+An assembler is a small state machine fed complete frames. It never raises on input: an
+event that does not fit becomes a counted anomaly. `conclude()` turns what it saw into an
+`Outcome`; the tap adds framing facts and builds the `Verdict`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import orjson
+
+from ..events import Line, SSEEvent
+from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
+
+# Assembled text is kept only for tests, `replay --content` and the operator's optional content
+# view; counting never needs it. 4 Mi code points covers any real answer while bounding memory.
+DEFAULT_CONTENT_CHARS = 4 * 1024 * 1024
+# Tool arguments must be kept whole to be validated as JSON when the call completes.
+DEFAULT_TOOL_ARGUMENT_CHARS = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    state: State
+    finish_reason: str | list[str | None] | None = None
+    finish_category: FinishCategory | None = None
+
+
+class ContentStore:
+    """Counts the code points of one kind of content; keeps the text up to a cap."""
+
+    __slots__ = ("cap", "chars", "parts", "retained", "truncated")
+
+    def __init__(self, cap: int = DEFAULT_CONTENT_CHARS) -> None:
+        self.cap = cap
+        self.chars = 0
+        self.retained = 0
+        self.truncated = False
+        self.parts: dict[Hashable, list[str]] = {}
+
+    def add(self, key: Hashable, text: str) -> None:
+        n = len(text)
+        self.chars += n
+        if self.retained + n <= self.cap:
+            self.retained += n
+            part = self.parts.get(key)
+            if part is None:
+                self.parts[key] = [text]
+            else:
+                part.append(text)
+        else:
+            self.truncated = True
+
+    def text(self, key: Hashable) -> str:
+        return "".join(self.parts.get(key, ()))
+
+    def group_text(self, group: Hashable) -> str:
+        """Concatenation of every part whose key is `(group, ...)`, in order of appearance."""
+        return "".join(
+            "".join(v) for k, v in self.parts.items() if isinstance(k, tuple) and k[0] == group
+        )
+
+    def all_text(self) -> str:
+        return "".join("".join(v) for v in self.parts.values())
+
+
+@dataclass(slots=True)
+class ToolCallBuffer:
+    """One tool call being streamed. Only `arguments` concatenates; id and name never do."""
+
+    id: str | None = None
+    name: str | None = None
+    fragments: list[str] = field(default_factory=list)
+    length: int = 0
+    truncated: bool = False
+    completed: bool = False
+    empty_means_no_arguments: bool = False
+
+    def append(self, text: str) -> None:
+        if self.length + len(text) > DEFAULT_TOOL_ARGUMENT_CHARS:
+            self.truncated = True
+            return
+        self.fragments.append(text)
+        self.length += len(text)
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+    def valid_json(self) -> bool:
+        if self.truncated:
+            return False
+        args = self.arguments
+        if not args.strip():
+            return self.empty_means_no_arguments and self.completed
+        try:
+            orjson.loads(args)
+        except orjson.JSONDecodeError:
+            try:
+                json.loads(args)
+            except ValueError:
+                return False
+        return True
+
+    def summary(self) -> ToolCallSummary:
+        return ToolCallSummary(
+            id=self.id,
+            name=self.name,
+            arguments_bytes=len(self.arguments.encode("utf-8", "replace")),
+            arguments_valid_json=self.valid_json(),
+        )
+
+
+def loads(data: str | bytes) -> Any:
+    """Parse JSON fast; raises ValueError on invalid input (callers record the anomaly)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
+
+
+def dumps(value: Any) -> str:
+    """Serialise arguments that arrived as an object (Gemini, Ollama) the way Python does."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def error_info(obj: Any) -> ErrorInfo:
+    """Normalise the many shapes of provider errors: nested, flat, or a bare string."""
+    inner = obj.get("error", obj) if isinstance(obj, dict) else obj
+    if isinstance(inner, str):
+        return ErrorInfo(type=None, code=None, message=inner)
+    if not isinstance(inner, dict):
+        return ErrorInfo(type=None, code=None, message=None)
+    etype = inner.get("type")
+    if not isinstance(etype, str) or etype == "error":
+        status = inner.get("status")
+        etype = status if isinstance(status, str) else None
+    code = inner.get("code")
+    if not isinstance(code, str | int) or isinstance(code, bool):
+        code = None
+    message = inner.get("message")
+    if not isinstance(message, str):
+        message = None if message is None else str(message)
+    return ErrorInfo(type=etype, code=code, message=message)
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+class Assembler:
+    """Base class of the dialect assemblers (`on_event` / `on_line` / `on_body` / `conclude`)."""
+
+    dialect: ClassVar[Dialect]
+
+    def __init__(self) -> None:
+        self.anomalies: Counter[str] = Counter()
+        self.text = ContentStore()
+        self.reasoning = ContentStore()
+        self.refusal = ContentStore()
+        self.tool_calls: dict[Hashable, ToolCallBuffer] = {}
+        self.server_tool_calls: list[str] = []
+        self.usage: Usage | None = None
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self.error: ErrorInfo | None = None
+        self.last_event: str | None = None
+        self.content_deltas = 0
+        self.terminal = False
+
+    # -- input: the tap calls exactly one of these kinds ------------------------------------
+
+    def on_event(self, event: SSEEvent) -> None:
+        self.last_event = event.type if event.type != "message" else "chunk"
+        self.anomalies["unexpected_framing"] += 1
+
+    def on_line(self, line: Line) -> None:
+        self.last_event = "chunk"
+        self.anomalies["unexpected_framing"] += 1
+
+    def on_body(self, body: Any) -> None:
+        """A whole JSON body (a non-streamed response, or an error body)."""
+        if isinstance(body, dict) and body.get("error") not in (None, False, ""):
+            self.error = error_info(body)
+        elif isinstance(body, dict) and body.get("type") == "error":
+            self.error = error_info(body)
+
+    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+        """Decide the state once the bytes ended.
+
+        `partial`: an unterminated block was discarded; `clean_end`: the bytes ended by an
+        orderly close (EOF), not a reset, timeout or shutdown.
+        """
+        if self.error is not None:
+            return Outcome(State.FAILED, None, FinishCategory.ERROR)
+        return Outcome(State.INTERRUPTED if partial else State.COMPLETED)
+
+    # -- helpers for the dialects -----------------------------------------------------------
+
+    def parse(self, data: str | bytes) -> Any:
+        try:
+            return loads(data)
+        except ValueError:
+            self.anomalies["json_decode_error"] += 1
+            return None
+
+    def add_text(self, key: Hashable, text: Any) -> None:
+        if isinstance(text, str) and text:
+            self.text.add(key, text)
+            self.content_deltas += 1
+
+    def add_reasoning(self, key: Hashable, text: Any) -> None:
+        if isinstance(text, str) and text:
+            self.reasoning.add(key, text)
+            self.content_deltas += 1
+
+    def add_refusal(self, key: Hashable, text: Any) -> None:
+        if isinstance(text, str) and text:
+            self.refusal.add(key, text)
+            self.content_deltas += 1
+
+    def tool_call(self, key: Hashable) -> ToolCallBuffer:
+        call = self.tool_calls.get(key)
+        if call is None:
+            call = self.tool_calls[key] = ToolCallBuffer()
+        return call
+
+    def set_call_identity(self, call: ToolCallBuffer, call_id: Any, name: Any) -> None:
+        """First non-empty id and name win; a repeat is counted, a conflict too."""
+        if isinstance(call_id, str) and call_id:
+            if call.id is None:
+                if any(c.id == call_id for c in self.tool_calls.values() if c is not call):
+                    self.anomalies["duplicate_tool_call_id"] += 1
+                call.id = call_id
+            elif call.id == call_id:
+                self.anomalies["repeated_tool_call_fields"] += 1
+            else:
+                self.anomalies["conflicting_tool_call_id"] += 1
+        if isinstance(name, str) and name:
+            if call.name is None:
+                call.name = name
+            elif call.name == name:
+                self.anomalies["repeated_tool_call_fields"] += 1
+            else:
+                self.anomalies["conflicting_tool_call_name"] += 1
+
+    def add_arguments(self, call: ToolCallBuffer, text: Any) -> None:
+        if isinstance(text, str) and text:
+            if call.completed:
+                self.anomalies["delta_after_done"] += 1
+            call.append(text)
+            self.content_deltas += 1
+
+    def set_error(self, obj: Any) -> None:
+        if self.error is None:
+            self.error = error_info(obj)
+        else:
+            self.anomalies["repeated_error"] += 1
+
+    def tool_call_summaries(self) -> tuple[ToolCallSummary, ...]:
+        summaries = tuple(call.summary() for call in self.tool_calls.values())
+        invalid = sum(1 for s in summaries if not s.arguments_valid_json)
+        if invalid:
+            self.anomalies["invalid_tool_arguments"] += invalid
+        return summaries

@@ -1,0 +1,216 @@
+"""Google Gemini `streamGenerateContent?alt=sse` (AI Studio and Vertex).
+
+There is no end sentinel: a stream is whole only when every candidate's last `finishReason` is
+`STOP` and the body ended on an event boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..events import SSEEvent
+from ..verdict import Dialect, FinishCategory, State, Usage
+from .base import Assembler, Outcome, ToolCallBuffer, as_int, dumps
+
+CATEGORY = {
+    "STOP": FinishCategory.STOP,
+    "MAX_TOKENS": FinishCategory.LENGTH,
+    "SAFETY": FinishCategory.CONTENT_FILTER,
+    "RECITATION": FinishCategory.CONTENT_FILTER,
+    "BLOCKLIST": FinishCategory.CONTENT_FILTER,
+    "PROHIBITED_CONTENT": FinishCategory.CONTENT_FILTER,
+    "SPII": FinishCategory.CONTENT_FILTER,
+    "IMAGE_SAFETY": FinishCategory.CONTENT_FILTER,
+    "IMAGE_PROHIBITED_CONTENT": FinishCategory.CONTENT_FILTER,
+    "IMAGE_RECITATION": FinishCategory.CONTENT_FILTER,
+}
+_PATH_TOKEN = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def gemini_usage(raw: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=as_int(raw.get("promptTokenCount")),
+        output_tokens=as_int(raw.get("candidatesTokenCount")),
+        total_tokens=as_int(raw.get("totalTokenCount")),
+        reasoning_tokens=as_int(raw.get("thoughtsTokenCount")),
+        cached_tokens=as_int(raw.get("cachedContentTokenCount")),
+        raw=raw,
+    )
+
+
+def set_path(root: dict[str, Any], path: str, value: Any, append: bool) -> None:
+    """Set `$.a.b[0]` in a nested structure; string fragments of one path concatenate."""
+    tokens: list[str | int] = [
+        m.group(1) if m.group(1) is not None else int(m.group(2))
+        for m in _PATH_TOKEN.finditer(path)
+    ]
+    if not tokens:
+        return
+    node: Any = root
+    for token, following in zip(tokens, tokens[1:], strict=False):
+        empty: Any = [] if isinstance(following, int) else {}
+        if isinstance(token, int) and isinstance(node, list):
+            while len(node) <= token:
+                node.append(None)
+            if node[token] is None:
+                node[token] = empty
+            node = node[token]
+        elif isinstance(token, str) and isinstance(node, dict):
+            node = node.setdefault(token, empty)
+        else:
+            return
+    last = tokens[-1]
+    if isinstance(last, int) and isinstance(node, list):
+        while len(node) <= last:
+            node.append(None)
+        previous = node[last]
+        node[last] = previous + value if append and isinstance(previous, str) else value
+    elif isinstance(last, str) and isinstance(node, dict):
+        previous = node.get(last)
+        node[last] = previous + value if append and isinstance(previous, str) else value
+
+
+class StreamedCall:
+    """A Vertex function call whose arguments arrive as `partialArgs` over several chunks."""
+
+    def __init__(self, buffer: ToolCallBuffer) -> None:
+        self.buffer = buffer
+        self.args: dict[str, Any] = {}
+
+
+class GeminiAssembler(Assembler):
+    dialect = Dialect.GEMINI
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finish: dict[int, str] = {}
+        self.candidates: set[int] = set()
+        self.block_reason: str | None = None
+        self.streamed: dict[int, StreamedCall] = {}
+
+    def on_event(self, event: SSEEvent) -> None:
+        self.last_event = event.type if event.type != "message" else "chunk"
+        obj = self.parse(event.data)
+        if isinstance(obj, dict):
+            self.on_chunk(obj)
+        elif obj is not None:
+            self.anomalies["unexpected_payload"] += 1
+
+    def on_chunk(self, obj: dict[str, Any]) -> None:
+        if obj.get("error"):
+            self.set_error(obj)
+            return
+        if isinstance(obj.get("responseId"), str):
+            self.response_id = obj["responseId"]
+        if isinstance(obj.get("modelVersion"), str):
+            self.model = obj["modelVersion"]
+        usage = obj.get("usageMetadata")
+        if isinstance(usage, dict) and "totalTokenCount" in usage:
+            self.usage = gemini_usage(usage)
+        feedback = obj.get("promptFeedback")
+        if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
+            self.block_reason = feedback["blockReason"]
+        candidates = obj.get("candidates")
+        if isinstance(candidates, list):
+            for position, candidate in enumerate(candidates):
+                if isinstance(candidate, dict):
+                    self.on_candidate(candidate, position)
+
+    def on_candidate(self, candidate: dict[str, Any], position: int) -> None:
+        index = candidate.get("index")
+        if not isinstance(index, int):
+            index = position
+        self.candidates.add(index)
+        parts = (candidate.get("content") or {}).get("parts")
+        if isinstance(parts, list):
+            for part in parts:
+                if isinstance(part, dict):
+                    self.on_part(index, part)
+        reason = candidate.get("finishReason")
+        if isinstance(reason, str) and reason:
+            self.finish[index] = reason
+
+    def on_part(self, index: int, part: dict[str, Any]) -> None:
+        text = part.get("text")
+        if text is not None:
+            if part.get("thought") is True:
+                self.add_reasoning((index, 0), text)
+            else:
+                self.add_text((index, 0), text)
+        call = part.get("functionCall")
+        if isinstance(call, dict):
+            self.on_function_call(index, call)
+        elif "executableCode" in part or "codeExecutionResult" in part:
+            self.content_deltas += 1
+            if "executableCode" in part:
+                self.server_tool_calls.append("code_execution")
+
+    def on_function_call(self, index: int, call: dict[str, Any]) -> None:
+        streamed = self.streamed.get(index)
+        partial = call.get("partialArgs")
+        if streamed is not None and (isinstance(partial, list) or not call):
+            if isinstance(partial, list):
+                for fragment in partial:
+                    if isinstance(fragment, dict):
+                        self.on_partial_arg(streamed, fragment)
+            if not call.get("willContinue"):  # the empty `functionCall: {}` closes it
+                self.close_streamed(index)
+            return
+        if streamed is not None:
+            self.close_streamed(index)
+        buffer = self.tool_call((index, len(self.tool_calls)))
+        self.set_call_identity(buffer, call.get("id"), call.get("name"))
+        self.content_deltas += 1
+        if call.get("willContinue") and "args" not in call:
+            self.streamed[index] = StreamedCall(buffer)
+            return
+        buffer.append(dumps(call.get("args", {})))
+        buffer.completed = True
+
+    def on_partial_arg(self, streamed: StreamedCall, fragment: dict[str, Any]) -> None:
+        path = fragment.get("jsonPath")
+        if not isinstance(path, str):
+            return
+        self.content_deltas += 1
+        for field, append in (
+            ("stringValue", True),
+            ("numberValue", False),
+            ("boolValue", False),
+            ("nullValue", False),
+        ):
+            if field in fragment:
+                value = None if field == "nullValue" else fragment[field]
+                set_path(streamed.args, path, value, append)
+                return
+
+    def close_streamed(self, index: int) -> None:
+        streamed = self.streamed.pop(index)
+        streamed.buffer.append(dumps(streamed.args))
+        streamed.buffer.completed = True
+
+    def on_body(self, body: Any) -> None:
+        chunks = body if isinstance(body, list) else [body]
+        for chunk in chunks:
+            if isinstance(chunk, dict):
+                self.on_chunk(chunk)
+
+    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+        for index in list(self.streamed):
+            self.close_streamed(index)  # arguments so far, validated as they stand
+        reasons = [self.finish.get(i) for i in sorted(self.candidates)]
+        reported: str | list[str | None] | None
+        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
+        if self.error is not None:
+            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+        if not self.candidates and self.block_reason is not None:
+            return Outcome(State.INCOMPLETE, self.block_reason, FinishCategory.CONTENT_FILTER)
+        if partial or not reasons or any(r is None for r in reasons):
+            return Outcome(State.INTERRUPTED, reported, None)
+        for reason in reasons:
+            if reason != "STOP":
+                return Outcome(
+                    State.INCOMPLETE, reported, CATEGORY.get(str(reason), FinishCategory.OTHER)
+                )
+        category = FinishCategory.TOOL_USE if self.tool_calls else FinishCategory.STOP
+        return Outcome(State.COMPLETED, reported, category)

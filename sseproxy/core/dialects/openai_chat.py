@@ -1,0 +1,179 @@
+"""OpenAI Chat Completions (and compatibles: Azure, DeepSeek, OpenRouter, Groq, vLLM, ...).
+
+Terminal evidence is per choice: every choice must carry a `finish_reason`, then `[DONE]`.
+`[DONE]` alone proves nothing (relays send it after an upstream failure: `unconfirmed`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import SSEEvent
+from ..verdict import Dialect, FinishCategory, State, Usage
+from .base import Assembler, Outcome, as_int, dig
+
+NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
+NATURAL["function_call"] = FinishCategory.TOOL_USE
+CUT_SHORT = {"length": FinishCategory.LENGTH, "content_filter": FinishCategory.CONTENT_FILTER}
+
+
+def chat_usage(raw: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=as_int(raw.get("prompt_tokens")),
+        output_tokens=as_int(raw.get("completion_tokens")),
+        total_tokens=as_int(raw.get("total_tokens")),
+        reasoning_tokens=as_int(dig(raw, "completion_tokens_details", "reasoning_tokens")),
+        cached_tokens=as_int(dig(raw, "prompt_tokens_details", "cached_tokens")),
+        raw=raw,
+    )
+
+
+class OpenAIChatAssembler(Assembler):
+    dialect = Dialect.OPENAI_CHAT
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finish: dict[int, str | None] = {}  # choice index -> last non-null finish_reason
+        self.done = False
+
+    def on_event(self, event: SSEEvent) -> None:
+        if self.done:
+            self.anomalies["events_after_terminal"] += 1
+        data = event.data
+        if data == "[DONE]":
+            self.last_event = "[DONE]"
+            if self.done:
+                return
+            self.done = True
+            self.terminal = True
+            if self.error is not None:
+                self.anomalies["done_after_error"] += 1
+            return
+        self.last_event = event.type if event.type != "message" else "chunk"
+        obj = self.parse(data)
+        if not isinstance(obj, dict):
+            if obj is not None:
+                self.anomalies["unexpected_payload"] += 1
+            return
+        if event.type == "error" or obj.get("error") or obj.get("object") == "error":
+            self.set_error(obj)
+        self.on_chunk(obj)
+
+    def on_chunk(self, obj: dict[str, Any]) -> None:
+        if self.response_id is None and isinstance(obj.get("id"), str) and obj["id"]:
+            self.response_id = obj["id"]
+        if self.model is None and isinstance(obj.get("model"), str) and obj["model"]:
+            self.model = obj["model"]
+        usage = obj.get("usage") or dig(obj, "x_groq", "usage")
+        if isinstance(usage, dict):
+            self.usage = chat_usage(usage)
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            return
+        for position, choice in enumerate(choices):
+            if isinstance(choice, dict):
+                self.on_choice(choice, position)
+
+    def on_choice(self, choice: dict[str, Any], position: int) -> None:
+        index = choice.get("index")
+        if not isinstance(index, int):
+            index = position
+        self.finish.setdefault(index, None)
+        delta = choice.get("delta") or choice.get("message")  # `message` in a non-stream body
+        if isinstance(delta, dict):
+            self.on_delta(index, delta)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            previous = self.finish[index]
+            if previous is not None:
+                self.anomalies["repeated_finish_reason"] += 1
+            self.finish[index] = reason
+            for key, call in self.tool_calls.items():
+                if isinstance(key, tuple) and key[0] == index:
+                    call.completed = True
+
+    def on_delta(self, index: int, delta: dict[str, Any]) -> None:
+        key = (index, 0)
+        self.add_text(key, delta.get("content"))
+        self.add_refusal(key, delta.get("refusal"))
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            self.add_reasoning(key, reasoning)
+        elif isinstance(details := delta.get("reasoning_details"), list):
+            for item in details:
+                if isinstance(item, dict):
+                    self.add_reasoning(key, item.get("text") or item.get("summary"))
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for position, call in enumerate(calls):
+                if isinstance(call, dict):
+                    self.on_tool_call_delta(index, call, position)
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict):
+            buffer = self.tool_call((index, "function_call"))
+            self.set_call_identity(buffer, None, legacy.get("name"))
+            self.add_arguments(buffer, legacy.get("arguments"))
+
+    def on_tool_call_delta(self, index: int, call: dict[str, Any], position: int) -> None:
+        call_index = call.get("index")
+        if not isinstance(call_index, int):
+            # Some compatibles omit `index`: a new id starts a call, otherwise continue the last.
+            call_index = self._index_without_index(index, call.get("id"), position)
+        buffer = self.tool_call((index, call_index))
+        function = call.get("function") or call.get("custom") or {}
+        if not isinstance(function, dict):
+            function = {}
+        self.set_call_identity(buffer, call.get("id"), function.get("name"))
+        self.add_arguments(buffer, function.get("arguments", function.get("input")))
+
+    def _index_without_index(self, index: int, call_id: Any, position: int) -> int:
+        mine = [k[1] for k in self.tool_calls if isinstance(k, tuple) and k[0] == index]
+        mine = [k for k in mine if isinstance(k, int)]
+        if not mine:
+            return position
+        last = max(mine)
+        known = self.tool_calls[(index, last)].id
+        if isinstance(call_id, str) and call_id and known is not None and call_id != known:
+            return last + 1
+        return last
+
+    def on_body(self, body: Any) -> None:
+        super().on_body(body)
+        if isinstance(body, dict):
+            self.on_chunk(body)
+            if body.get("choices") and all(r is not None for r in self.finish.values()):
+                self.done = self.terminal = True  # a whole completion is its own terminal
+
+    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+        reasons = [self.finish[i] for i in sorted(self.finish)]
+        reported: str | list[str | None] | None
+        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
+        if self.error is not None:
+            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+        if "error" in reasons:
+            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+        all_finished = bool(reasons) and all(r is not None for r in reasons)
+        if not all_finished:
+            if self.done:
+                self.anomalies["done_without_finish_reason"] += 1
+                return Outcome(State.UNCONFIRMED, reported, None)
+            return Outcome(State.INTERRUPTED, reported, None)
+        if not self.done:
+            self.anomalies["missing_done"] += 1
+        return self.classify(reported, [r for r in reasons if r is not None])
+
+    def classify(self, reported: str | list[str | None] | None, reasons: list[str]) -> Outcome:
+        for reason in reasons:
+            if reason in CUT_SHORT:
+                return Outcome(State.INCOMPLETE, reported, CUT_SHORT[reason])
+        unknown = [r for r in reasons if r not in NATURAL]
+        if unknown:
+            # An unknown reason is never taken as success: report it, do not guess.
+            self.anomalies["unknown_finish_reason"] += 1
+            return Outcome(State.INCOMPLETE, reported, FinishCategory.OTHER)
+        category = NATURAL[reasons[0]]
+        if any(NATURAL[r] is FinishCategory.TOOL_USE for r in reasons):
+            category = FinishCategory.TOOL_USE
+        elif self.refusal.chars and not self.text.chars:
+            category = FinishCategory.REFUSAL
+        return Outcome(State.COMPLETED, reported, category)

@@ -1,0 +1,262 @@
+"""OpenAI Responses API: typed events, no `[DONE]`; the terminal is a `response.*` event.
+
+`*.done` events and the final `response.output` are snapshots of what the deltas already
+said. They are compared with the deltas (`snapshot_mismatch`) and never appended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..events import SSEEvent
+from ..verdict import Dialect, FinishCategory, State, Usage
+from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, error_info
+
+TERMINALS = {
+    "response.completed": State.COMPLETED,
+    "response.incomplete": State.INCOMPLETE,
+    "response.failed": State.FAILED,
+    "error": State.FAILED,
+}
+INCOMPLETE_CATEGORY = {
+    "max_output_tokens": FinishCategory.LENGTH,
+    "content_filter": FinishCategory.CONTENT_FILTER,
+}
+CLIENT_TOOL_ITEMS = {"function_call", "custom_tool_call"}
+# Progress events that carry nothing to assemble; listed so that anything else is "unknown".
+QUIET_PREFIXES = (
+    "response.web_search_call.",
+    "response.file_search_call.",
+    "response.code_interpreter_call",
+    "response.image_generation_call.",
+    "response.mcp_",
+    "response.shell_call",
+    "response.audio.",
+    "response.compaction.",
+    "response.output_text.annotation.added",
+    "response.content_part.added",
+    "response.reasoning_summary_part.added",
+)
+
+
+def responses_usage(raw: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        total_tokens=as_int(raw.get("total_tokens")),
+        reasoning_tokens=as_int(dig(raw, "output_tokens_details", "reasoning_tokens")),
+        cached_tokens=as_int(dig(raw, "input_tokens_details", "cached_tokens")),
+        raw=raw,
+    )
+
+
+class OpenAIResponsesAssembler(Assembler):
+    dialect = Dialect.OPENAI_RESPONSES
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcome_state: State | None = None
+        self.status: str | None = None
+        self.incomplete_reason: str | None = None
+        self.last_sequence: int | None = None
+        self.done_parts: set[tuple[str, str, int]] = set()
+        self.has_function_calls = False
+
+    def on_event(self, event: SSEEvent) -> None:
+        if event.data == "[DONE]":  # not Responses protocol; OpenRouter appends it
+            self.last_event = "[DONE]"
+            return
+        obj = self.parse(event.data)
+        if not isinstance(obj, dict):
+            self.last_event = event.type if event.type != "message" else "chunk"
+            return
+        json_type = obj.get("type")
+        etype = event.type if event.type != "message" else json_type
+        if not isinstance(etype, str):
+            etype = "chunk"
+        if isinstance(json_type, str) and event.type != "message" and json_type != event.type:
+            self.anomalies["event_type_mismatch"] += 1
+        self.last_event = etype
+        self.check_sequence(obj.get("sequence_number"))
+        if self.terminal and not (etype == "response.failed" and self.outcome_state is State.FAILED):
+            self.anomalies["events_after_terminal"] += 1
+            return
+        self.dispatch(etype, obj)
+
+    def check_sequence(self, seq: Any) -> None:
+        if not isinstance(seq, int):
+            return
+        if self.last_sequence is not None:
+            if seq > self.last_sequence + 1:
+                self.anomalies["sequence_gap"] += 1
+            elif seq <= self.last_sequence:
+                self.anomalies["sequence_regression"] += 1
+        self.last_sequence = seq
+
+    def dispatch(self, etype: str, obj: dict[str, Any]) -> None:
+        if etype == "response.output_text.delta":
+            self.on_part_delta("text", obj)
+        elif etype == "response.function_call_arguments.delta" or (
+            etype == "response.custom_tool_call_input.delta"
+        ):
+            self.add_arguments(self.call_for(obj), obj.get("delta"))
+        elif etype in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            index = obj.get("summary_index", obj.get("content_index"))
+            self.add_reasoning((obj.get("item_id"), etype, index), obj.get("delta"))
+        elif etype == "response.refusal.delta":
+            self.on_part_delta("refusal", obj)
+        elif etype in TERMINALS:
+            self.on_terminal(etype, obj)
+        elif etype in ("response.created", "response.in_progress", "response.queued"):
+            self.on_snapshot(obj.get("response"))
+        elif etype == "response.output_item.added":
+            self.on_item(obj.get("item"), done=False)
+        elif etype == "response.output_item.done":
+            self.on_item(obj.get("item"), done=True)
+        elif etype.endswith(".done"):
+            self.on_done_snapshot(etype, obj)
+        elif not etype.startswith(QUIET_PREFIXES):
+            self.anomalies["unknown_event_type"] += 1
+
+    def on_part_delta(self, kind: str, obj: dict[str, Any]) -> None:
+        key = (obj.get("item_id"), as_int(obj.get("content_index")) or 0)
+        if (str(key[0]), kind, key[1]) in self.done_parts:
+            self.anomalies["delta_after_done"] += 1
+        if kind == "text":
+            self.add_text(key, obj.get("delta"))
+        else:
+            self.add_refusal(key, obj.get("delta"))
+
+    def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
+        self.has_function_calls = True
+        return self.tool_call(obj.get("item_id") or obj.get("output_index"))
+
+    def on_item(self, item: Any, done: bool) -> None:
+        if not isinstance(item, dict):
+            return
+        itype = item.get("type")
+        if itype in CLIENT_TOOL_ITEMS:
+            self.has_function_calls = True
+            call = self.tool_call(item.get("id"))
+            self.set_call_identity(call, item.get("call_id"), item.get("name"))
+            if done:
+                self.compare(call.arguments, item.get("arguments", item.get("input")))
+                call.completed = True
+        elif isinstance(itype, str) and itype.endswith("_call") and not done:
+            self.server_tool_calls.append(itype)
+        if done and itype == "message":
+            for index, part in enumerate(item.get("content") or ()):
+                self.compare_part(item.get("id"), index, part)
+
+    def on_done_snapshot(self, etype: str, obj: dict[str, Any]) -> None:
+        item_id = obj.get("item_id")
+        index = as_int(obj.get("content_index")) or 0
+        if etype == "response.output_text.done":
+            self.done_parts.add((str(item_id), "text", index))
+            self.compare(self.text.text((item_id, index)), obj.get("text"), self.text.truncated)
+        elif etype == "response.refusal.done":
+            self.done_parts.add((str(item_id), "refusal", index))
+            snapshot = obj.get("refusal")
+            self.compare(self.refusal.text((item_id, index)), snapshot, self.refusal.truncated)
+        elif etype in (
+            "response.function_call_arguments.done",
+            "response.custom_tool_call_input.done",
+        ):
+            call = self.call_for(obj)
+            self.set_call_identity(call, None, obj.get("name"))
+            self.compare(call.arguments, obj.get("arguments", obj.get("input")), call.truncated)
+            call.completed = True
+        elif etype == "response.content_part.done":
+            self.compare_part(item_id, index, obj.get("part"))
+
+    def compare_part(self, item_id: Any, index: int, part: Any) -> None:
+        if not isinstance(part, dict):
+            return
+        key = (item_id, index)
+        if part.get("type") == "output_text":
+            self.compare(self.text.text(key), part.get("text"), self.text.truncated)
+        elif part.get("type") == "refusal":
+            self.compare(self.refusal.text(key), part.get("refusal"), self.refusal.truncated)
+
+    def compare(self, assembled: str, snapshot: Any, truncated: bool = False) -> None:
+        if isinstance(snapshot, str) and not truncated and snapshot != assembled:
+            self.anomalies["snapshot_mismatch"] += 1
+
+    def on_snapshot(self, response: Any) -> None:
+        if not isinstance(response, dict):
+            return
+        if isinstance(response.get("id"), str):
+            self.response_id = response["id"]
+        if isinstance(response.get("model"), str):
+            self.model = response["model"]
+        if isinstance(response.get("status"), str):
+            self.status = response["status"]
+        if isinstance(response.get("usage"), dict):
+            self.usage = responses_usage(response["usage"])
+
+    def on_terminal(self, etype: str, obj: dict[str, Any]) -> None:
+        self.terminal = True
+        self.outcome_state = TERMINALS[etype]
+        response = obj.get("response")
+        self.on_snapshot(response)
+        if etype == "error":
+            self.set_error(obj)
+        elif etype == "response.failed":
+            if self.error is None:
+                self.error = error_info({"error": dig(response, "error") or {}})
+        elif etype == "response.incomplete":
+            reason = dig(response, "incomplete_details", "reason")
+            self.incomplete_reason = reason if isinstance(reason, str) else None
+        if isinstance(response, dict) and isinstance(response.get("output"), list):
+            for item in response["output"]:
+                if isinstance(item, dict) and item.get("type") == "message":
+                    for index, part in enumerate(item.get("content") or ()):
+                        self.compare_part(item.get("id"), index, part)
+                elif isinstance(item, dict) and item.get("type") in CLIENT_TOOL_ITEMS:
+                    call = self.tool_calls.get(item.get("id"))
+                    if call is not None:
+                        self.compare(call.arguments, item.get("arguments"), call.truncated)
+
+
+    def on_body(self, body: Any) -> None:
+        super().on_body(body)
+        if isinstance(body, dict) and body.get("object") == "response":
+            self.on_snapshot(body)
+            status = body.get("status")
+            state = {"completed": State.COMPLETED, "incomplete": State.INCOMPLETE}.get(
+                str(status), State.FAILED if status == "failed" else None
+            )
+            if state is not None:
+                self.terminal = True
+                self.outcome_state = state
+                reason = dig(body, "incomplete_details", "reason")
+                self.incomplete_reason = reason if isinstance(reason, str) else None
+            for item in body.get("output") or ():
+                if isinstance(item, dict) and item.get("type") == "message":
+                    for part in item.get("content") or ():
+                        if isinstance(part, dict):
+                            self.add_text((item.get("id"), 0), part.get("text"))
+                            self.add_refusal((item.get("id"), 0), part.get("refusal"))
+                elif isinstance(item, dict) and item.get("type") in CLIENT_TOOL_ITEMS:
+                    call = self.tool_call(item.get("id"))
+                    self.set_call_identity(call, item.get("call_id"), item.get("name"))
+                    self.add_arguments(call, item.get("arguments"))
+                    call.completed = True
+                    self.has_function_calls = True
+
+    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+        if self.error is not None or self.outcome_state is State.FAILED:
+            return Outcome(State.FAILED, self.status or "failed", FinishCategory.ERROR)
+        if self.outcome_state is State.INCOMPLETE:
+            reason = self.incomplete_reason or self.status or "incomplete"
+            category = INCOMPLETE_CATEGORY.get(reason, FinishCategory.OTHER)
+            return Outcome(State.INCOMPLETE, reason, category)
+        if self.outcome_state is State.COMPLETED:
+            if self.has_function_calls:
+                category = FinishCategory.TOOL_USE
+            elif self.refusal.chars and not self.text.chars:
+                category = FinishCategory.REFUSAL
+            else:
+                category = FinishCategory.STOP
+            return Outcome(State.COMPLETED, self.status or "completed", category)
+        return Outcome(State.INTERRUPTED, None, None)

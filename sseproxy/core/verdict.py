@@ -1,0 +1,135 @@
+"""The verdict: how one response body ended, and why. Its fields become the log record."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Dialect(StrEnum):
+    OPENAI_CHAT = "openai-chat"
+    OPENAI_RESPONSES = "openai-responses"
+    ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI = "gemini"
+    OLLAMA = "ollama"
+    VERCEL_UI = "vercel-ui"
+    SSE = "sse"
+
+
+class State(StrEnum):
+    """PROTOCOLS.md §9.2. The core decides the first five; the proxy adds the last two."""
+
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    UNCONFIRMED = "unconfirmed"
+    CANCELLED = "cancelled"
+    HTTP_ERROR = "http_error"
+
+
+class FinishCategory(StrEnum):
+    STOP = "stop"
+    TOOL_USE = "tool_use"
+    LENGTH = "length"
+    CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
+    PAUSE = "pause"
+    ERROR = "error"
+    OTHER = "other"
+
+
+class EndReason(StrEnum):
+    """What ended the bytes, as the caller saw it. Only reported when the stream was cut."""
+
+    END_OF_INPUT = "end_of_input"
+    UPSTREAM_CLOSED = "upstream_closed"
+    UPSTREAM_RESET = "upstream_reset"
+    IDLE_TIMEOUT = "idle_timeout"
+    CLIENT_DISCONNECTED = "client_disconnected"
+    PROXY_SHUTDOWN = "proxy_shutdown"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    reason: str
+    partial_event_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An error reported by the provider, in-band or as a non-2xx body."""
+
+    type: str | None
+    code: str | int | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSummary:
+    id: str | None
+    name: str | None
+    arguments_bytes: int
+    arguments_valid_json: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage normalised across dialects; `raw` is the provider's own object."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+    raw: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    dialect: Dialect
+    state: State
+    finish_reason: str | list[str | None] | None = None
+    finish_category: FinishCategory | None = None
+    last_event: str | None = None
+    last_event_id: str | None = None
+    interruption: Interruption | None = None
+    error: ErrorInfo | None = None
+    anomalies: Mapping[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    events: int = 0
+    comments: int = 0
+    text_chars: int = 0
+    reasoning_chars: int = 0
+    refusal_chars: int = 0
+    tool_calls: tuple[ToolCallSummary, ...] = ()
+    server_tool_calls: tuple[str, ...] = ()
+    usage: Usage | None = None
+    response_id: str | None = None
+    model: str | None = None
+
+    def replace(self, **changes: Any) -> Verdict:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready mapping; the log record and `replay` print this."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, StrEnum):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
