@@ -1,0 +1,119 @@
+"""Command line: `sseproxy [serve]` and `sseproxy replay`. Parsing only; the work is elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+from .config import ConfigError, load
+from .core import Dialect
+
+COMMANDS = ("serve", "replay")
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the proxy (the default command)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (127.0.0.1:8790)")
+    p.add_argument("--upstream", metavar="URL", help="send every path to this upstream")
+    p.add_argument("--config", metavar="FILE", help="TOML config file")
+    p.add_argument("--log-format", choices=("auto", "json", "console"))
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--connect-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--dialect", choices=("auto", *[d.value for d in Dialect]))
+    p.add_argument("--max-request-body-bytes", type=int, metavar="N")
+    p.add_argument("--max-event-bytes", type=int, metavar="N")
+    p.add_argument("--max-concurrent-streams", type=int, metavar="N")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        default=None,
+        help="listen on a non-loopback address without a warning",
+    )
+
+
+def _replay_parser(sub: Any) -> None:
+    p = sub.add_parser("replay", help="feed a saved response body through the core")
+    p.add_argument("file", help="the response body, byte for byte")
+    p.add_argument("--dialect", default="auto", choices=("auto", *[d.value for d in Dialect]))
+    chunking = p.add_mutually_exclusive_group()
+    chunking.add_argument("--chunk-size", type=int, metavar="N", help="feed N bytes at a time")
+    chunking.add_argument("--random-chunks", type=int, metavar="SEED", help="random chunk sizes")
+    p.add_argument("--events", action="store_true", help="print each SSE event as a JSON line")
+    p.add_argument("--content", action="store_true", help="print the assembled content")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sseproxy",
+        description="A diagnostic reverse proxy for LLM streaming APIs.",
+    )
+    parser.add_argument("--version", action="version", version=f"sseproxy {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    _serve_parser(sub)
+    _replay_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or (args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help", "--version")):
+        args_list.insert(0, "serve")
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command == "replay":
+        return _replay(args, parser)
+    return _serve(args)
+
+
+def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .replay import EXIT_USAGE, ReplayOptions, replay
+
+    if args.chunk_size is not None and args.chunk_size < 1:
+        print("sseproxy replay: --chunk-size must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        print(f"sseproxy replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    options = ReplayOptions(
+        dialect=None if args.dialect == "auto" else Dialect(args.dialect),
+        chunk_size=args.chunk_size,
+        random_seed=args.random_chunks,
+        events=args.events,
+        content=args.content,
+    )
+    return replay(data, options)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server import run
+
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "listen",
+            "upstream",
+            "log_format",
+            "log_level",
+            "idle_timeout",
+            "connect_timeout",
+            "dialect",
+            "max_request_body_bytes",
+            "max_event_bytes",
+            "max_concurrent_streams",
+            "allow_remote",
+        )
+    }
+    try:
+        settings = load(args.config, os.environ, overrides)
+    except ConfigError as exc:
+        print(f"sseproxy: {exc}", file=sys.stderr)
+        return 2
+    return run(settings)

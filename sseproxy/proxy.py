@@ -1,0 +1,453 @@
+"""The aiohttp shell: forward every byte at once, tee it into the core, log one record.
+
+The forwarding loop writes each upstream chunk downstream before the tap sees it, and the tap
+can never raise into the loop. Exceptions from aiohttp and asyncio are mapped to an
+`EndReason` in exactly one place, `end_reason_for()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from . import __version__
+from .config import Route, Settings
+from .core import (
+    Dialect,
+    EndReason,
+    ErrorInfo,
+    Interruption,
+    State,
+    StreamTap,
+    TapOptions,
+    Verdict,
+)
+from .core.dialects import detect
+from .log import level_for, redact_query
+
+log = structlog.get_logger("sseproxy")
+
+SETTINGS = web.AppKey("settings", Settings)
+STATE = web.AppKey("state", "ProxyState")
+OWN_PREFIX = "/_sseproxy/"
+# RFC 9110 §7.6.1: connection-specific fields a proxy must not forward.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+UPSTREAM_REQUEST_ID_HEADERS = (
+    "x-request-id",
+    "request-id",
+    "x-goog-request-id",
+    "x-amzn-requestid",
+    "x-generation-id",
+    "cf-ray",
+)
+# The request body is parsed for `model`/`stream` only when it is at most this large.
+MODEL_SNIFF_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class ProxyState:
+    started: float = field(default_factory=time.monotonic)
+    active: int = 0
+    shutting_down: bool = False
+    session: aiohttp.ClientSession | None = None
+
+
+@dataclass
+class Timings:
+    """Clock readings of one request; the core never reads the clock, the shell does."""
+
+    start: float
+    headers: float | None = None
+    last_chunk: float | None = None
+    max_gap: float = 0.0
+    first_content: float | None = None
+    last_content: float | None = None
+    max_content_gap: float = 0.0
+
+    def chunk(self, now: float, content_deltas: int) -> None:
+        if self.last_chunk is not None:
+            self.max_gap = max(self.max_gap, now - self.last_chunk)
+        elif self.headers is not None:
+            self.max_gap = max(self.max_gap, now - self.headers)
+        self.last_chunk = now
+        if content_deltas:
+            if self.first_content is None:
+                self.first_content = now
+            else:
+                assert self.last_content is not None
+                self.max_content_gap = max(self.max_content_gap, now - self.last_content)
+            self.last_content = now
+
+    def fields(self, end: float) -> dict[str, float | None]:
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round((t - self.start) * 1000, 3)
+
+        content_gap = self.max_content_gap
+        if self.last_content is not None:
+            content_gap = max(content_gap, end - self.last_content)
+        return {
+            "ttfb_ms": ms(self.headers),
+            "ttft_ms": ms(self.first_content),
+            "duration_ms": round((end - self.start) * 1000, 3),
+            "max_gap_ms": round(self.max_gap * 1000, 3) if self.last_chunk else None,
+            "content_gap_ms": round(content_gap * 1000, 3) if self.first_content else None,
+        }
+
+
+def end_reason_for(exc: BaseException, *, after_headers: bool) -> EndReason:
+    """The one place where transport exceptions become our vocabulary."""
+    if isinstance(exc, asyncio.CancelledError):
+        return EndReason.CLIENT_DISCONNECTED
+    if isinstance(exc, aiohttp.ServerTimeoutError) and not isinstance(
+        exc, aiohttp.ConnectionTimeoutError
+    ):
+        return EndReason.IDLE_TIMEOUT
+    if not after_headers and isinstance(
+        exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | ssl.SSLError
+    ):
+        return EndReason.UPSTREAM_UNREACHABLE
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionResetError | BrokenPipeError):
+            return EndReason.UPSTREAM_RESET
+        cause = cause.__cause__ or cause.__context__
+    return EndReason.UPSTREAM_CLOSED
+
+
+def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """Copy headers minus hop-by-hop ones, including those named in `Connection`."""
+    named = set()
+    for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
+        named.update(token.strip().lower() for token in value.split(","))
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in drop:
+            continue
+        out.add(name, value)
+    return out
+
+
+def json_error(status: int, etype: str, message: str, **extra: Any) -> web.Response:
+    body = {"error": {"type": etype, "message": message, **extra}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def request_facts(body: bytes, path: str) -> tuple[str | None, bool | None]:
+    """`model` and `stream` from the request body (or the Gemini path), best effort."""
+    model: str | None = None
+    stream: bool | None = None
+    if body and len(body) <= MODEL_SNIFF_BYTES and body.lstrip()[:1] == b"{":
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            if isinstance(obj.get("model"), str):
+                model = obj["model"]
+            if isinstance(obj.get("stream"), bool):
+                stream = obj["stream"]
+    if model is None and "/models/" in path:
+        model = path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
+    return model, stream
+
+
+class Exchange:
+    """One proxied request: its identity, timings, tap and the record it ends with."""
+
+    def __init__(self, request: web.Request, settings: Settings) -> None:
+        self.request = request
+        self.settings = settings
+        self.request_id = uuid.uuid4().hex
+        self.timings = Timings(time.monotonic())
+        self.tap: StreamTap | None = None
+        self.route: Route | None = None
+        self.status: int | None = None
+        self.content_type: str | None = None
+        self.upstream_request_id: str | None = None
+        self.model: str | None = None
+        self.stream = False
+        self.logged = False
+
+    def start_tap(self, upstream: aiohttp.ClientResponse) -> StreamTap:
+        request = self.request
+        dialect = self.route.dialect if self.route else None
+        if self.settings.dialect != "auto":
+            dialect = Dialect(self.settings.dialect)
+        dialect = dialect or detect(request.method, request.path, upstream.headers)
+        self.content_type = upstream.headers.get("Content-Type")
+        ctype = (self.content_type or "").lower()
+        self.stream = "text/event-stream" in ctype or "ndjson" in ctype
+        self.tap = StreamTap(
+            dialect,
+            content_type=self.content_type,
+            content_encoding=upstream.headers.get("Content-Encoding"),
+            options=TapOptions(max_event_bytes=self.settings.max_event_bytes),
+        )
+        for name in UPSTREAM_REQUEST_ID_HEADERS:
+            if name in upstream.headers:
+                self.upstream_request_id = upstream.headers[name]
+                break
+        return self.tap
+
+    def finish(self, end: EndReason, *, proxy_error: ErrorInfo | None = None) -> Verdict:
+        """Close the tap, apply what only the shell knows (status, who left), log the record."""
+        tap = self.tap or StreamTap(Dialect.SSE)
+        verdict = tap.close(end)
+        if proxy_error is not None:
+            interruption = None if end is EndReason.END_OF_INPUT else Interruption(str(end), 0)
+            verdict = verdict.replace(
+                state=State.HTTP_ERROR, error=proxy_error, interruption=interruption
+            )
+        elif self.status is not None and not 200 <= self.status < 300:
+            verdict = verdict.replace(state=State.HTTP_ERROR, interruption=None)
+        elif end is EndReason.CLIENT_DISCONNECTED and verdict.state is State.INTERRUPTED:
+            verdict = verdict.replace(state=State.CANCELLED)
+        self.log(verdict)
+        return verdict
+
+    def log(self, verdict: Verdict) -> None:
+        if self.logged:
+            return
+        self.logged = True
+        request = self.request
+        record = verdict.to_dict()
+        response_model = record.pop("model")
+        query = redact_query(request.query_string)
+        fields: dict[str, Any] = {
+            "request_id": self.request_id,
+            "upstream_request_id": self.upstream_request_id,
+            "method": request.method,
+            "path": request.path + (f"?{query}" if query else ""),
+            "route": self.route.name if self.route else None,
+            "upstream": self.route.upstream if self.route else None,
+            "status": self.status,
+            "content_type": self.content_type,
+            "model": self.model,
+            "response_model": response_model,
+            "stream": self.stream,
+            **self.timings.fields(time.monotonic()),
+            **record,
+        }
+        log.log(level_for(verdict.state), "request.finished", **fields)
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    state = request.app[STATE]
+    exchange = Exchange(request, settings)
+    if state.active >= settings.max_concurrent_streams:
+        exchange.status = 503
+        exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("overloaded", "at capacity"))
+        return json_error(503, "sseproxy_overloaded", "too many concurrent streams")
+    state.active += 1
+    try:
+        return await forward(exchange, state)
+    finally:
+        state.active -= 1
+
+
+def _error(etype: str, message: str) -> ErrorInfo:
+    return ErrorInfo(type=f"sseproxy_{etype}", code=None, message=message)
+
+
+async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
+    request, settings = exchange.request, exchange.settings
+    route = exchange.route = settings.route_for(request.path)
+    if route is None:
+        exchange.status = 404
+        exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("no_route", "no route"))
+        return web.Response(
+            status=404,
+            content_type="application/json",
+            body=orjson.dumps(
+                {
+                    "error": {
+                        "type": "sseproxy_no_route",
+                        "message": f"no configured route matches {request.path}",
+                        "routes": [r.describe() for r in settings.routes],
+                    }
+                }
+            ),
+        )
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        exchange.status = 413
+        too_large = _error("request_too_large", "request body too large")
+        exchange.finish(EndReason.END_OF_INPUT, proxy_error=too_large)
+        return json_error(
+            413,
+            "sseproxy_request_too_large",
+            f"request body exceeds {settings.max_request_body_bytes} bytes",
+        )
+    exchange.model, _ = request_facts(body, request.path)
+    url = route.target(request.path, request.query_string)
+    headers = forwardable(request.headers, drop=frozenset({"host", "content-length"}))
+    assert state.session is not None
+    try:
+        upstream = await state.session.request(
+            request.method,
+            url,
+            headers=headers,
+            data=body if body else None,
+            allow_redirects=False,
+        )
+    except BaseException as exc:
+        return unreachable(exchange, exc)
+    try:
+        return await relay(exchange, upstream)
+    finally:
+        if upstream.content.at_eof():
+            upstream.release()  # keep the upstream connection for the next request
+        else:
+            upstream.close()  # stop generation (and billing) now
+
+
+def unreachable(exchange: Exchange, exc: BaseException) -> web.StreamResponse:
+    """No upstream response: answer 502 (504 on timeout) naming the cause; never retry."""
+    end = end_reason_for(exc, after_headers=False)
+    if isinstance(exc, asyncio.CancelledError):
+        exchange.finish(_cancel_reason(exchange))
+        raise exc
+    timed_out = end is EndReason.IDLE_TIMEOUT
+    exchange.status = 504 if timed_out else 502
+    etype = "upstream_timeout" if timed_out else "upstream_unreachable"
+    cause = f"{type(exc).__name__}: {exc}"
+    if end is not EndReason.IDLE_TIMEOUT:
+        end = EndReason.UPSTREAM_UNREACHABLE
+    exchange.finish(end, proxy_error=_error(etype, cause))
+    upstream = exchange.route.upstream if exchange.route else None
+    return json_error(exchange.status, f"sseproxy_{etype}", cause, upstream=upstream)
+
+
+def _cancel_reason(exchange: Exchange) -> EndReason:
+    state = exchange.request.app[STATE]
+    return EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
+
+
+async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """Stream the upstream response downstream chunk by chunk, teeing each chunk to the tap."""
+    request = exchange.request
+    exchange.timings.headers = time.monotonic()
+    exchange.status = upstream.status
+    tap = exchange.start_tap(upstream)
+    headers = forwardable(upstream.headers)
+    headers["x-sseproxy-request-id"] = exchange.request_id
+    if exchange.stream:
+        headers["X-Accel-Buffering"] = "no"
+        headers["Cache-Control"] = "no-cache"
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    writing = False
+    try:
+        writing = True
+        await response.prepare(request)
+        writing = False
+        async for chunk in upstream.content.iter_any():
+            writing = True
+            try:
+                await response.write(chunk)
+            finally:
+                # Counted even when the write failed: those bytes did arrive from upstream.
+                exchange.timings.chunk(time.monotonic(), tap.feed(chunk))
+            writing = False
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError):
+            end = _cancel_reason(exchange)
+        elif writing:
+            end = EndReason.CLIENT_DISCONNECTED
+        else:
+            end = end_reason_for(exc, after_headers=True)
+        exchange.finish(end)
+        _break_downstream(request)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return response
+    # The upstream body ended by its own HTTP framing: end ours the same way. The verdict may
+    # still say `interrupted` (no terminal event), which is what the record is for.
+    exchange.finish(EndReason.UPSTREAM_CLOSED)
+    try:
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left after the last byte; the record is already written
+    return response
+
+
+def _break_downstream(request: web.Request) -> None:
+    """Close the client connection without a clean end, so the client sees the break."""
+    transport = request.transport
+    if transport is not None and not transport.is_closing():
+        transport.close()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = {
+        "status": "ok",
+        "version": __version__,
+        "uptime_s": round(time.monotonic() - state.started, 3),
+        "active_streams": state.active,
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def own_not_found(request: web.Request) -> web.Response:
+    return json_error(404, "sseproxy_not_found", f"{request.path} is not a sseproxy endpoint")
+
+
+def create_app(settings: Settings) -> web.Application:
+    app = web.Application(client_max_size=settings.max_request_body_bytes)
+    app[SETTINGS] = settings
+    app[STATE] = ProxyState()
+    app.router.add_get(OWN_PREFIX + "healthz", healthz)
+    app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
+    app.router.add_route("*", "/{tail:.*}", proxy_handler)
+    app.cleanup_ctx.append(_client_session)
+    app.on_shutdown.append(_mark_shutdown)
+    return app
+
+
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=settings.connect_timeout, sock_read=settings.idle_timeout
+    )
+    connector = aiohttp.TCPConnector(limit=0)  # our own limit is max_concurrent_streams
+    session = aiohttp.ClientSession(
+        timeout=timeout,
+        connector=connector,
+        auto_decompress=False,  # the client gets the upstream's bytes, compressed or not
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )
+    app[STATE].session = session
+    yield
+    await session.close()
+
+
+async def _mark_shutdown(app: web.Application) -> None:
+    app[STATE].shutting_down = True

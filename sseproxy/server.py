@@ -1,0 +1,63 @@
+"""Run the proxy until SIGINT/SIGTERM: logging configured once, then aiohttp's runner."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import structlog
+from aiohttp import web
+
+from . import __version__, log
+from .config import Settings
+from .proxy import create_app
+
+logger = structlog.get_logger("sseproxy")
+# In-flight streams get this long to finish after a shutdown signal before they are cut
+# (and recorded as interrupted / proxy_shutdown).
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(settings: Settings) -> int:
+    log.configure(settings.log_format, settings.log_level)
+    app = create_app(settings)
+
+    async def started(app: web.Application) -> None:
+        logger.info(
+            "proxy.started",
+            version=__version__,
+            listen=settings.listen,
+            upstream=settings.upstream,
+            routes=[r.name for r in settings.routes] if not settings.upstream else None,
+        )
+        if not is_loopback(settings.host) and not settings.allow_remote:
+            logger.warning(
+                "proxy.listening_remotely",
+                listen=settings.listen,
+                hint="every API key sent to this proxy is exposed on that address; "
+                "set allow_remote = true to silence this warning",
+            )
+
+    async def stopped(app: web.Application) -> None:
+        logger.info("proxy.stopped")
+
+    app.on_startup.append(started)
+    app.on_cleanup.append(stopped)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=None,  # the request.finished record replaces the access log
+        print=None,
+        handler_cancellation=True,  # a client that leaves cancels its upstream request at once
+        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+    )
+    return 0
