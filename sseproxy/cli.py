@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or (args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help", "--version")):
+    if not args_list or (
+        args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help", "--version")
+    ):
         args_list.insert(0, "serve")
     parser = build_parser()
     args = parser.parse_args(args_list)

@@ -60,7 +60,9 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     prefix = pattern.endswith("*")
     body = pattern[:-1] if prefix else pattern
     parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", body)
-    regex = "".join("[^/]+?" if p.startswith("{") and p.endswith("}") else re.escape(p) for p in parts)
+    regex = "".join(
+        "[^/]+?" if p.startswith("{") and p.endswith("}") else re.escape(p) for p in parts
+    )
     return re.compile(regex + (".*" if prefix else ""))
 
 
@@ -212,7 +214,7 @@ def _is_http_url(url: str) -> bool:
 
 def _validate(settings: Settings, problems: list[str]) -> None:
     try:
-        host, port = split_listen(settings.listen)
+        _, port = split_listen(settings.listen)
         if not 0 <= port <= 65535:
             raise ValueError
     except ValueError:

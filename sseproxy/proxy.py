@@ -8,6 +8,7 @@ can never raise into the loop. Exceptions from aiohttp and asyncio are mapped to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 import uuid
@@ -19,7 +20,7 @@ import aiohttp
 import orjson
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from . import __version__
 from .config import Route, Settings
@@ -39,7 +40,7 @@ from .log import level_for, redact_query
 log = structlog.get_logger("sseproxy")
 
 SETTINGS = web.AppKey("settings", Settings)
-STATE = web.AppKey("state", "ProxyState")
+STATE: web.AppKey[ProxyState] = web.AppKey("state")
 OWN_PREFIX = "/_sseproxy/"
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward.
 HOP_BY_HOP = frozenset(
@@ -139,7 +140,7 @@ def end_reason_for(exc: BaseException, *, after_headers: bool) -> EndReason:
 
 def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
     """Copy headers minus hop-by-hop ones, including those named in `Connection`."""
-    named = set()
+    named: set[str] = set()
     for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
         named.update(token.strip().lower() for token in value.split(","))
     out: CIMultiDict[str] = CIMultiDict()
@@ -389,10 +390,8 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
     # The upstream body ended by its own HTTP framing: end ours the same way. The verdict may
     # still say `interrupted` (no terminal event), which is what the record is for.
     exchange.finish(EndReason.UPSTREAM_CLOSED)
-    try:
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the client left after the last byte; the record is already written
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()  # a client that left after the last byte changes nothing
     return response
 
 

@@ -10,7 +10,7 @@ from typing import TextIO
 
 import orjson
 
-from .core import Dialect, EndReason, SSEDecoder, StreamTap, TapOptions
+from .core import Dialect, EndReason, SSEDecoder, SSEEvent, StreamTap, TapOptions
 from .core.tap import Framing
 
 EXIT_COMPLETED = 0
@@ -52,7 +52,7 @@ def replay(data: bytes, options: ReplayOptions, out: TextIO = sys.stdout) -> int
         tap.feed(chunk)
         if events is not None:
             for frame in events.feed(chunk):
-                if not hasattr(frame, "type"):
+                if not isinstance(frame, SSEEvent):
                     continue  # a comment
                 record = {"type": frame.type, "data": frame.data, "id": frame.id}
                 lines.append(orjson.dumps(record))

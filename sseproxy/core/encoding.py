@@ -34,6 +34,7 @@ class BodyDecoder:
         self._zlib: Any = None
         self._brotli: Any = None
         self._deflate_probe = False
+        self._probe_bytes = b""
         if self.encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.encoding == "deflate":
@@ -61,15 +62,17 @@ class BodyDecoder:
 
     def _inflate(self, data: bytes) -> Iterator[bytes]:
         if self._deflate_probe:
+            # "deflate" should be zlib-wrapped (RFC 9110) but some servers send raw deflate:
+            # the two-byte zlib header tells them apart, so hold bytes until there are two.
+            self._probe_bytes += data
+            if len(self._probe_bytes) < 2:
+                return
+            data, self._probe_bytes = self._probe_bytes, b""
             self._deflate_probe = False
-            try:
-                first = self._zlib.decompress(data, PIECE_BYTES)
-            except zlib.error:
+            cmf, flg = data[0], data[1]
+            if cmf & 0x0F != 8 or (cmf * 256 + flg) % 31:
                 self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
-                first = self._zlib.decompress(data, PIECE_BYTES)
-            yield first
-        else:
-            yield self._zlib.decompress(data, PIECE_BYTES)
+        yield self._zlib.decompress(data, PIECE_BYTES)
         while self._zlib.unconsumed_tail:
             yield self._zlib.decompress(self._zlib.unconsumed_tail, PIECE_BYTES)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .dialects import Assembler, detect, new_assembler, sniff, sniff_body
+from .dialects import Assembler, new_assembler, sniff, sniff_body
 from .dialects.base import loads
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, SSEEvent
@@ -26,7 +26,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 # a stream that says nothing within this many events is analysed as plain SSE.
 SNIFF_EVENTS = 32
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
-BLIND_FAILURES = {State.FAILED, State.INTERRUPTED, State.INCOMPLETE}
 
 
 class Framing(Enum):
@@ -228,7 +227,11 @@ class StreamTap:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
         if self._decoder is not None and self._blind is None and not self._decoder.finish():
             self.anomalies["truncated_compressed_body"] += 1
-        if self.framing is Framing.UNDECIDED and self._held and self._blind is None:
+        if (
+            self.framing is Framing.UNDECIDED
+            and self._blind is None
+            and (self._held or self._body_overflow)
+        ):
             self.framing = Framing.JSON_BODY  # a single JSON body without a newline
         if self.framing is Framing.SSE and self._sse is not None:
             partial = self._sse.finish()
@@ -271,8 +274,11 @@ class StreamTap:
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
         outcome = assembler.conclude(partial > 0, clean)
         state = outcome.state
-        if self._blind is not None and state not in BLIND_FAILURES:
-            state = State.UNCONFIRMED  # we could not see enough to vouch for success
+        if self._blind is not None and not (
+            state is State.FAILED or (assembler.terminal and state is State.INCOMPLETE)
+        ):
+            # Part of the stream went unseen: whatever came after could change the verdict.
+            state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
         tool_calls = assembler.tool_call_summaries()

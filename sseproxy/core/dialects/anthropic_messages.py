@@ -1,4 +1,4 @@
-"""Anthropic Messages: `message_start`, content blocks, `message_delta{stop_reason}`, `message_stop`.
+"""Anthropic Messages: message_start, content blocks, message_delta, message_stop.
 
 `message_stop` is the only terminal; a `stop_reason` without it means the bytes were cut, and a
 `message_stop` without a `stop_reason` proves nothing (`unconfirmed`).
@@ -153,9 +153,9 @@ class AnthropicMessagesAssembler(Assembler):
         self.usage_raw.update({k: v for k, v in usage.items() if v is not None})
         raw = self.usage_raw
         inputs = [as_int(raw.get(k)) for k in USAGE_FIELDS if k != "output_tokens"]
-        input_total = sum(v for v in inputs if v is not None) if any(
-            v is not None for v in inputs
-        ) else None
+        input_total = (
+            sum(v for v in inputs if v is not None) if any(v is not None for v in inputs) else None
+        )
         output = as_int(raw.get("output_tokens"))
         total = None if input_total is None or output is None else input_total + output
         self.usage = Usage(

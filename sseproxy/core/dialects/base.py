@@ -194,9 +194,7 @@ class Assembler:
 
     def on_body(self, body: Any) -> None:
         """A whole JSON body (a non-streamed response, or an error body)."""
-        if isinstance(body, dict) and body.get("error") not in (None, False, ""):
-            self.error = error_info(body)
-        elif isinstance(body, dict) and body.get("type") == "error":
+        if isinstance(body, dict) and (body.get("error") or body.get("type") == "error"):
             self.error = error_info(body)
 
     def conclude(self, partial: bool, clean_end: bool) -> Outcome:

@@ -6,6 +6,7 @@ There is no end sentinel: a stream is whole only when every candidate's last `fi
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -48,7 +49,7 @@ def set_path(root: dict[str, Any], path: str, value: Any, append: bool) -> None:
     if not tokens:
         return
     node: Any = root
-    for token, following in zip(tokens, tokens[1:], strict=False):
+    for token, following in itertools.pairwise(tokens):
         empty: Any = [] if isinstance(following, int) else {}
         if isinstance(token, int) and isinstance(node, list):
             while len(node) <= token:

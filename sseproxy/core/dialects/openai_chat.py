@@ -37,13 +37,17 @@ class OpenAIChatAssembler(Assembler):
         self.done = False
 
     def on_event(self, event: SSEEvent) -> None:
+        data = event.data
         if self.done:
             self.anomalies["events_after_terminal"] += 1
-        data = event.data
+            self.last_event = (
+                "[DONE]"
+                if data == "[DONE]"
+                else (event.type if event.type != "message" else "chunk")
+            )
+            return  # nothing after [DONE] is content
         if data == "[DONE]":
             self.last_event = "[DONE]"
-            if self.done:
-                return
             self.done = True
             self.terminal = True
             if self.error is not None:
@@ -127,8 +131,11 @@ class OpenAIChatAssembler(Assembler):
         self.add_arguments(buffer, function.get("arguments", function.get("input")))
 
     def _index_without_index(self, index: int, call_id: Any, position: int) -> int:
-        mine = [k[1] for k in self.tool_calls if isinstance(k, tuple) and k[0] == index]
-        mine = [k for k in mine if isinstance(k, int)]
+        mine: list[int] = [
+            k[1]
+            for k in self.tool_calls
+            if isinstance(k, tuple) and k[0] == index and isinstance(k[1], int)
+        ]
         if not mine:
             return position
         last = max(mine)

@@ -78,7 +78,9 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["event_type_mismatch"] += 1
         self.last_event = etype
         self.check_sequence(obj.get("sequence_number"))
-        if self.terminal and not (etype == "response.failed" and self.outcome_state is State.FAILED):
+        if self.terminal and not (
+            etype == "response.failed" and self.outcome_state is State.FAILED
+        ):
             self.anomalies["events_after_terminal"] += 1
             return
         self.dispatch(etype, obj)
@@ -216,7 +218,6 @@ class OpenAIResponsesAssembler(Assembler):
                     call = self.tool_calls.get(item.get("id"))
                     if call is not None:
                         self.compare(call.arguments, item.get("arguments"), call.truncated)
-
 
     def on_body(self, body: Any) -> None:
         super().on_body(body)

@@ -1,0 +1,42 @@
+"""Small builders for hand-written streams, so each test reads like the wire."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, Verdict
+
+
+def sse(*events: Any, event: str | None = None) -> bytes:
+    """Each argument is a JSON-able payload, a raw string, or an (event_name, payload) pair."""
+    out = []
+    for item in events:
+        name = event
+        if isinstance(item, tuple):
+            name, item = item
+        data = item if isinstance(item, str) else json.dumps(item)
+        out.append((f"event: {name}\n" if name else "") + f"data: {data}\n\n")
+    return "".join(out).encode()
+
+
+def ndjson(*objects: Any) -> bytes:
+    return b"".join(json.dumps(o).encode() + b"\n" for o in objects)
+
+
+def verdict_of(
+    data: bytes,
+    dialect: Dialect | None = None,
+    end: EndReason = EndReason.END_OF_INPUT,
+    bytewise: bool = True,
+) -> Verdict:
+    """The verdict, after checking that byte-at-a-time delivery gives the very same one."""
+    whole = StreamTap(dialect, options=TapOptions(strict=True))
+    whole.feed(data)
+    result = whole.close(end)
+    if bytewise:
+        split = StreamTap(dialect, options=TapOptions(strict=True))
+        for i in range(len(data)):
+            split.feed(data[i : i + 1])
+        assert split.close(end) == result
+    return result
