@@ -97,8 +97,16 @@ def _console_summary(logger: Any, method: str, event_dict: MutableMapping[str, A
     return event_dict
 
 
-def configure(log_format: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
-    """Configure structlog for the process. `auto`: JSON unless stdout is a terminal."""
+def configure(
+    log_format: str = "auto",
+    level: str = "info",
+    stream: TextIO | None = None,
+    cache: bool = True,
+) -> None:
+    """Configure structlog for the process. `auto`: JSON unless stdout is a terminal.
+
+    `cache=False` lets tests reconfigure between cases.
+    """
     stream = stream or sys.stdout
     if log_format == "auto":
         log_format = "console" if stream.isatty() else "json"
@@ -120,7 +128,7 @@ def configure(log_format: str = "auto", level: str = "info", stream: TextIO | No
         processors=shared + renderer,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
     # aiohttp's own loggers go through the standard library; keep them quiet and on stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")

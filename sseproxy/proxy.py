@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ssl
 import time
 import uuid
@@ -106,14 +107,17 @@ class Timings:
         def ms(t: float | None) -> float | None:
             return None if t is None else round((t - self.start) * 1000, 3)
 
+        # Silence up to the end counts too: it is the gap a timeout or a cut ends.
         content_gap = self.max_content_gap
         if self.last_content is not None:
             content_gap = max(content_gap, end - self.last_content)
+        last_byte = self.last_chunk or self.headers
+        max_gap = self.max_gap if last_byte is None else max(self.max_gap, end - last_byte)
         return {
             "ttfb_ms": ms(self.headers),
             "ttft_ms": ms(self.first_content),
             "duration_ms": round((end - self.start) * 1000, 3),
-            "max_gap_ms": round(self.max_gap * 1000, 3) if self.last_chunk else None,
+            "max_gap_ms": None if last_byte is None else round(max_gap * 1000, 3),
             "content_gap_ms": round(content_gap * 1000, 3) if self.first_content else None,
         }
 
@@ -132,9 +136,14 @@ def end_reason_for(exc: BaseException, *, after_headers: bool) -> EndReason:
         return EndReason.UPSTREAM_UNREACHABLE
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, ConnectionResetError | BrokenPipeError):
+        if isinstance(cause, ConnectionResetError | BrokenPipeError) or (
+            isinstance(cause, OSError) and cause.errno == errno.ECONNRESET
+        ):
             return EndReason.UPSTREAM_RESET
         cause = cause.__cause__ or cause.__context__
+    # aiohttp names the connection error of a truncated body only in the message text.
+    if isinstance(exc, aiohttp.ClientPayloadError) and "ConnectionResetError" in str(exc):
+        return EndReason.UPSTREAM_RESET
     return EndReason.UPSTREAM_CLOSED
 
 
