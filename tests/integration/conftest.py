@@ -41,13 +41,12 @@ async def upstream(aiohttp_server) -> tuple[FakeUpstream, str]:
 
 @pytest.fixture
 def make_proxy(aiohttp_client, upstream, logs) -> Callable[..., Any]:
-    fake, url = upstream
+    _, url = upstream
 
     async def make(**overrides: Any) -> Any:
         overrides.setdefault("upstream", url)
         settings = load(None, {}, overrides)
-        return await aiohttp_client(
-            create_app(settings), server_kwargs={"handler_cancellation": True}
-        )
+        # aiohttp's TestServer runs with handler_cancellation=True, as `sseproxy serve` does.
+        return await aiohttp_client(create_app(settings))
 
     return make

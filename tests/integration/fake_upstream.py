@@ -79,7 +79,8 @@ class FakeUpstream:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.seen.append(Seen(request.method, request.path_qs, dict(request.headers), body))
-        script = self.scripts[request.path]
+        script = self.scripts.get(request.path) or self.scripts["*"]
+        key = request.path if request.path in self.scripts else "*"
         if script.reset_before_headers:
             _reset(request)
             raise asyncio.CancelledError
@@ -105,10 +106,10 @@ class FakeUpstream:
                     return response
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            self.disconnected[request.path].set()
+            self.disconnected[key].set()
             raise
         finally:
-            self.finished[request.path].set()
+            self.finished[key].set()
         return response
 
 

@@ -1,0 +1,1 @@
+from tests.integration.conftest import logs, upstream  # noqa: F401  (shared fixtures)
