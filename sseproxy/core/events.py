@@ -20,6 +20,8 @@ class SSEEvent(NamedTuple):
     """The last event ID in force when this event was dispatched."""
     offset: int
     """Byte offset in the stream where the event's block started."""
+    raw: bytes
+    """The data buffer before decoding: dialect fast paths scan bytes, not wide strings."""
 
 
 class Comment(NamedTuple):

@@ -16,6 +16,7 @@ from .events import Comment, Frame, Line, SSEEvent
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 _BOM = b"\xef\xbb\xbf"
+_new_event = tuple.__new__
 _CR = 13
 _LF = 10
 _COLON = 58
@@ -61,6 +62,11 @@ class SSEDecoder:
         self.unknown_fields = 0
         self.partial_bytes = 0
         self.finished = False
+        # LF-only input takes the block path; the first CR switches to the line path, which
+        # hands back at the next event boundary. Both give identical frames.
+        self._fast = True
+        self._pending: list[bytes] = []
+        self._pending_len = 0
 
     # -- input ------------------------------------------------------------------------------
 
@@ -85,26 +91,24 @@ class SSEDecoder:
                 data = data[1:]
         if not data:
             return out
-        lines = data.splitlines(True)  # bytes.splitlines splits on CR, LF and CRLF only
-        last_byte = lines[-1][-1]
-        tail = lines.pop() if last_byte != _LF and last_byte != _CR else None
-        if last_byte == _CR:
-            self._skip_lf = True
-        if lines and (self._frags or self._discarding_line):
-            self._finish_pending_line(lines[0], out)
-            lines = lines[1:]
-        for line in lines:
-            start = self.pos
-            self.pos += len(line)
-            self._line(line, start, out)
-        if tail is not None:
-            self._hold(tail)
+        if self._fast:
+            if b"\r" not in data:
+                self._feed_blocks(data, out)
+                return out
+            self._leave_fast_path(out)
+        self._feed_lines(data, out)
+        if not (self._frags or self._discarding_line or self._block_start >= 0):
+            self._fast = True  # back on an event boundary: the block path can take over
         return out
 
-    def finish(self) -> int:
-        """Mark end of input. Returns the number of discarded bytes of an unterminated block."""
+    def finish(self) -> list[Frame]:
+        """Mark end of input. Returns frames completed by it (comments of a cut block only);
+        `partial_bytes` then counts the discarded bytes of an unterminated block."""
+        out: list[Frame] = []
         if self.finished:
-            return self.partial_bytes
+            return out
+        if self._fast and self._pending:
+            self._leave_fast_path(out)
         self.finished = True
         held = len(self._head) if self._head else 0
         if self._block_start >= 0:
@@ -116,12 +120,128 @@ class SSEDecoder:
         self.partial_bytes = self.pos - start + held
         self._frags = []
         self._data = []
-        return self.partial_bytes
+        return out
+
+    # -- the block path: LF-only input, split on blank lines at C speed ---------------------
+
+    def _feed_blocks(self, data: bytes, out: list[Frame]) -> None:
+        cut = data.rfind(b"\n\n")
+        if cut >= 0:
+            complete = b"".join([*self._pending, data[:cut]]) if self._pending else data[:cut]
+            rest = data[cut + 2 :]
+        elif self._pending and self._pending[-1][-1] == _LF and data[0] == _LF:
+            complete = b"".join(self._pending)[:-1]  # the blank line straddles two reads
+            rest = data[1:]
+        else:
+            self._pending.append(data)
+            self._pending_len += len(data)
+            if self._pending_len > self.max_event_bytes:
+                self._leave_fast_path(out)  # the line path bounds memory and resynchronises
+            return
+        self._pending = [rest] if rest else []
+        self._pending_len = len(rest)
+        # The hot loop: locals instead of attributes, tuple.__new__ instead of the NamedTuple
+        # constructor (a Python-level function), and one-line `data:` blocks inlined.
+        pos = self.pos
+        blocks = complete.split(b"\n\n")
+        # One C-level count tells whether every block is a single line: then no per-block
+        # newline search is needed. Larger than the cap: a block may be oversized.
+        single_lines = (
+            complete.count(b"\n") == 2 * (len(blocks) - 1) and len(complete) <= self.max_event_bytes
+        )
+        append = out.append
+        event_id = self._id_buf
+        emitted = False
+        for block in blocks:
+            start = pos
+            pos += len(block) + 2
+            if single_lines and block[:6] == b"data: ":
+                value = block[6:]
+                try:
+                    text = value.decode()
+                except UnicodeDecodeError:
+                    text = value.decode("utf-8", "replace")
+                    self.invalid_utf8 += 1
+                append(_new_event(SSEEvent, ("message", text, event_id, start, value)))
+                emitted = True
+                continue
+            if emitted:
+                self.last_event_id = event_id
+            self.pos = start
+            self._block(block, start, out)
+            event_id = self._id_buf
+            emitted = False
+        if emitted:
+            self.last_event_id = event_id
+        self.pos = pos
+
+    def _block(self, block: bytes, start: int, out: list[Frame]) -> None:
+        """One complete block of the block path, other than a one-line `data: ` block."""
+        if len(block) > self.max_event_bytes:
+            self.oversized += 1
+            self.last_event_id = self._id_buf
+            return
+        first_nl = block.find(b"\n")
+        if first_nl < 0 and block[:5] == b"data:":
+            self._emit(b"message", block[5:], start, out)
+        elif (
+            block[:6] == b"event:"
+            and block.startswith(b"data:", first_nl + 1)
+            and block.find(b"\n", first_nl + 1) < 0
+        ):
+            self._emit(block[6:first_nl], block[first_nl + 6 :], start, out)
+        else:
+            for line in block.split(b"\n"):
+                self._line(line, start, out)
+                start += len(line) + 1
+            self._dispatch(out)
+
+    def _emit(self, etype: bytes, value: bytes, start: int, out: list[Frame]) -> None:
+        """Dispatch a block of one optional `event:` line and one `data:` line."""
+        if value[:1] == b" ":
+            value = value[1:]
+        if etype[:1] == b" ":
+            etype = etype[1:]
+        data, bad = _decode(value)
+        if etype == b"message" or not etype:
+            name = "message"
+        else:
+            name, bad_type = _decode(etype)
+            bad = bad or bad_type
+        self.invalid_utf8 += bad
+        self.last_event_id = self._id_buf
+        out.append(_new_event(SSEEvent, (name, data, self.last_event_id, start, value)))
+
+    def _leave_fast_path(self, out: list[Frame]) -> None:
+        self._fast = False
+        pending = b"".join(self._pending)
+        self._pending = []
+        self._pending_len = 0
+        if pending:
+            self._feed_lines(pending, out)
+
+    # -- the line path: any line ends, split CRLF, oversized lines ---------------------------
+
+    def _feed_lines(self, data: bytes, out: list[Frame]) -> None:
+        lines = data.splitlines(True)  # bytes.splitlines splits on CR, LF and CRLF only
+        last_byte = lines[-1][-1]
+        tail = lines.pop() if last_byte != _LF and last_byte != _CR else None
+        if last_byte == _CR:
+            self._skip_lf = True
+        if lines and (self._frags or self._discarding_line):
+            self._finish_pending_line(lines[0], out)
+            lines = lines[1:]
+        for line in lines:
+            start = self.pos
+            self.pos += len(line)
+            self._line(line.rstrip(b"\r\n"), start, out)
+        if tail is not None:
+            self._hold(tail)
 
     @property
     def retained_bytes(self) -> int:
         """Bytes currently buffered (for memory-bound checks)."""
-        return self._frag_len + self._data_len + len(self._head or b"")
+        return self._frag_len + self._data_len + self._pending_len + len(self._head or b"")
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -151,7 +271,7 @@ class SSEDecoder:
         if len(line) + self._data_len > self.max_event_bytes:
             self._mark_oversized()
             return
-        self._line(line, self._line_start, out)
+        self._line(line.rstrip(b"\r\n"), self._line_start, out)
 
     def _mark_oversized(self) -> None:
         if not self._block_oversized:
@@ -162,8 +282,8 @@ class SSEDecoder:
         self._data = []
         self._data_len = 0
 
-    def _line(self, raw: bytes, start: int, out: list[Frame]) -> None:
-        line = raw.rstrip(b"\r\n")
+    def _line(self, line: bytes, start: int, out: list[Frame]) -> None:
+        """Interpret one line, its terminator already removed (WHATWG §9.2.6)."""
         if not line:
             self._dispatch(out)
             return
@@ -206,14 +326,15 @@ class SSEDecoder:
         if self._block_oversized:
             pass  # already counted; the event is dropped
         elif self._data:
-            data, bad = _decode(b"\n".join(self._data))
+            raw = b"\n".join(self._data)
+            data, bad = _decode(raw)
             self.invalid_utf8 += bad
             if self._type:
                 etype, bad = _decode(self._type)
                 self.invalid_utf8 += bad
             else:
                 etype = "message"
-            out.append(SSEEvent(etype, data, self.last_event_id, self._block_start))
+            out.append(SSEEvent(etype, data, self.last_event_id, self._block_start, raw))
         self._data = []
         self._data_len = 0
         self._type = b""

@@ -189,18 +189,29 @@ class StreamTap:
     # -- events -----------------------------------------------------------------------------
 
     def _on_frames(self, frames: list[Frame]) -> None:
-        assembler = self.assembler
+        if self.assembler is None:
+            for frame in frames:
+                self._on_frame_sniffing(frame)
+            return
+        on_event = self.assembler.on_event
+        comments = 0
         for frame in frames:
             if type(frame) is Comment:
-                self.comments += 1
-                continue
-            self.events += 1
-            if assembler is None:
-                assembler = self._sniff(frame)  # type: ignore[arg-type]
-                if assembler is None:
-                    continue
+                comments += 1
             else:
-                assembler.on_event(frame)  # type: ignore[arg-type]
+                on_event(frame)  # type: ignore[arg-type]
+        self.comments += comments
+        self.events += len(frames) - comments
+
+    def _on_frame_sniffing(self, frame: Frame) -> None:
+        if type(frame) is Comment:
+            self.comments += 1
+            return
+        self.events += 1
+        if self.assembler is None:
+            self._sniff(frame)  # type: ignore[arg-type]
+        else:
+            self.assembler.on_event(frame)  # type: ignore[arg-type]
 
     def _sniff(self, event: SSEEvent) -> Assembler | None:
         self._pending_events.append(event)
@@ -234,7 +245,8 @@ class StreamTap:
         ):
             self.framing = Framing.JSON_BODY  # a single JSON body without a newline
         if self.framing is Framing.SSE and self._sse is not None:
-            partial = self._sse.finish()
+            self._on_frames(self._sse.finish())
+            partial = self._sse.partial_bytes
             if self._sse.invalid_utf8:
                 self.anomalies["invalid_utf8"] += self._sse.invalid_utf8
             if self._sse.oversized:
@@ -269,7 +281,8 @@ class StreamTap:
     def _conclude(self, end: str) -> Verdict:
         partial = self._finish_framing() if self._blind is None else 0
         if self._blind is not None and self.framing is Framing.SSE and self._sse:
-            partial = self._sse.finish()
+            self._sse.finish()
+            partial = self._sse.partial_bytes
         clean = end in CLEAN_ENDS
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
         outcome = assembler.conclude(partial > 0, clean)

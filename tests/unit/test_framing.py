@@ -13,7 +13,7 @@ def run(reads: list[bytes]) -> tuple[SSEDecoder, list[SSEEvent], int]:
     frames = []
     for read in reads:
         frames.extend(decoder.feed(read))
-    decoder.finish()
+    frames.extend(decoder.finish())
     events = [f for f in frames if isinstance(f, SSEEvent)]
     comments = sum(isinstance(f, Comment) for f in frames)
     return decoder, events, comments

@@ -25,7 +25,8 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
 def frames(chunks: list[bytes], cap: int = 1 << 24) -> tuple[list[tuple], int, str]:
     d = SSEDecoder(max_event_bytes=cap)
     out = [tuple(f) for c in chunks for f in d.feed(c)]
-    return out, d.finish(), d.last_event_id
+    out += [tuple(f) for f in d.finish()]
+    return out, d.partial_bytes, d.last_event_id
 
 
 def verdict(chunks: list[bytes], dialect: Dialect | None):
@@ -124,7 +125,7 @@ def test_generated_events_round_trip(events, eol, bom, comments, points) -> None
             out += b"data: " + line.encode() + eol
         out += eol
     got, partial, _ = frames(cut(bytes(out), points))
-    decoded = [(f[0], f[1]) for f in got if len(f) == 4]
+    decoded = [(f[0], f[1]) for f in got if len(f) == 5]  # events, not comments
     assert decoded == [(etype or "message", "\n".join(lines)) for etype, lines in events]
     assert partial == 0
 
@@ -138,3 +139,58 @@ def test_retained_bytes_are_bounded(chunks: list[bytes], cap: int) -> None:
     for c in chunks:
         d.feed(c)
         assert d.retained_bytes <= cap + len(c) + 3
+
+
+@given(
+    st.sampled_from(range(len(CORPUS))) if CORPUS else st.nothing(),
+    st.lists(st.integers(min_value=0), max_size=10),
+)
+def test_chat_fast_path_agrees_with_full_parse(index: int, points: list[int]) -> None:
+    from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
+
+    data = CORPUS[index]
+    fast = verdict(cut(data, points), Dialect.OPENAI_CHAT)
+    OpenAIChatAssembler.fast_path = False
+    try:
+        full = verdict(cut(data, points), Dialect.OPENAI_CHAT)
+    finally:
+        OpenAIChatAssembler.fast_path = True
+    assert fast == full
+
+
+chat_text = st.text(max_size=12)
+
+
+@given(st.lists(st.tuples(chat_text, st.booleans(), st.booleans()), min_size=1, max_size=12))
+def test_chat_fast_path_on_generated_deltas(deltas: list[tuple[str, bool, bool]]) -> None:
+    """Texts with quotes, backslashes and unicode; padding and spacing that vary per event."""
+    import json
+
+    from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
+
+    lines = []
+    for i, (text, spaced, padded) in enumerate(deltas):
+        chunk = {
+            "id": "c",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        }
+        if padded:
+            chunk["obfuscation"] = "x" * i
+        sep = (", ", ": ") if spaced else (",", ":")
+        lines.append(b"data: " + json.dumps(chunk, separators=sep).encode() + b"\n\n")
+    lines.append(
+        b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    data = b"".join(lines)
+    fast_tap = StreamTap(Dialect.OPENAI_CHAT, options=TapOptions(strict=True))
+    fast_tap.feed(data)
+    fast = fast_tap.close()
+    OpenAIChatAssembler.fast_path = False
+    try:
+        full_tap = StreamTap(Dialect.OPENAI_CHAT, options=TapOptions(strict=True))
+        full_tap.feed(data)
+        full = full_tap.close()
+    finally:
+        OpenAIChatAssembler.fast_path = True
+    assert fast == full
+    assert fast_tap.primary_text() == full_tap.primary_text() == "".join(t for t, _, _ in deltas)

@@ -11,6 +11,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig
+from .fastpath import PlainShape, is_plain_delta
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
@@ -30,11 +31,13 @@ def chat_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIChatAssembler(Assembler):
     dialect = Dialect.OPENAI_CHAT
+    fast_path = True  # see fastpath.py; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
         self.finish: dict[int, str | None] = {}  # choice index -> last non-null finish_reason
         self.done = False
+        self.plain: PlainShape | None = None  # shape of a verified plain delta
 
     def on_event(self, event: SSEEvent) -> None:
         data = event.data
@@ -53,15 +56,25 @@ class OpenAIChatAssembler(Assembler):
             if self.error is not None:
                 self.anomalies["done_after_error"] += 1
             return
-        self.last_event = event.type if event.type != "message" else "chunk"
+        etype = event.type
+        self.last_event = etype if etype != "message" else "chunk"
+        if self.plain is not None and etype == "message":
+            text = self.plain.text(event.raw)
+            if text is not None:
+                if text:
+                    self.text.add((0, 0), text)
+                    self.content_deltas += 1
+                return
         obj = self.parse(data)
         if not isinstance(obj, dict):
             if obj is not None:
                 self.anomalies["unexpected_payload"] += 1
             return
-        if event.type == "error" or obj.get("error") or obj.get("object") == "error":
+        if etype == "error" or obj.get("error") or obj.get("object") == "error":
             self.set_error(obj)
         self.on_chunk(obj)
+        if self.fast_path and etype == "message" and is_plain_delta(obj):
+            self.plain = PlainShape.of(event.raw)
 
     def on_chunk(self, obj: dict[str, Any]) -> None:
         if self.response_id is None and isinstance(obj.get("id"), str) and obj["id"]:
