@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import unquote_plus
 
 import orjson
 import structlog
@@ -45,10 +45,14 @@ STATE_LEVELS = {
 
 
 def redact_query(query: str) -> str:
-    if not query:
-        return ""
-    pairs = parse_qsl(query, keep_blank_values=True)
-    return urlencode([(k, REDACTED if k.lower() in SECRET_KEYS else v) for k, v in pairs])
+    """The query string as sent, with the values of credential parameters replaced."""
+    out = []
+    for pair in query.split("&"):
+        name, sep, _ = pair.partition("=")
+        if sep and unquote_plus(name).lower() in SECRET_KEYS:
+            pair = f"{name}={REDACTED}"
+        out.append(pair)
+    return "&".join(out)
 
 
 def _redact(value: Any) -> Any:
@@ -77,6 +81,14 @@ def redact_processor(
     return event_dict
 
 
+def _leading_fields(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """timestamp, level and event first: what a person or a pipeline reads first."""
+    head = {k: event_dict.pop(k) for k in ("timestamp", "level", "event") if k in event_dict}
+    return {**head, **event_dict}
+
+
 def level_for(state: str) -> int:
     return STATE_LEVELS.get(state, logging.ERROR)
 
@@ -85,16 +97,68 @@ def _orjson_dumps(obj: Any, default: Any = None) -> str:
     return orjson.dumps(obj, default=default or str).decode()
 
 
-def _console_summary(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
-    """Put the facts a human scans for first, for the console renderer."""
-    if event_dict.get("event") == "request.finished":
-        head = {
-            k: event_dict.pop(k)
-            for k in ("state", "status", "method", "path", "finish_reason", "duration_ms")
-            if k in event_dict
-        }
-        return {**{"event": event_dict.pop("event")}, **head, **event_dict}
-    return event_dict
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+COLORS = {"info": "\x1b[32m", "warning": "\x1b[33m", "error": "\x1b[31m"}
+RESET, DIM = "\x1b[0m", "\x1b[2m"
+
+
+def _safe(value: Any) -> str:
+    """One line, whatever the value holds: control characters cannot forge another record."""
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value / 1000:.2f}s" if value >= 1000 else f"{value:.0f}ms"
+
+
+class ConsoleRenderer:
+    """A one-line summary per request for people; other events as `event key=value ...`."""
+
+    def __init__(self, colors: bool) -> None:
+        self.colors = colors
+
+    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+        level = str(event_dict.get("level", "info"))
+        time = str(event_dict.get("timestamp", ""))[11:19]
+        if event_dict.get("event") == "request.finished":
+            body = self._request(event_dict)
+        else:
+            rest = " ".join(
+                f"{k}={_safe(v)}"
+                for k, v in event_dict.items()
+                if k not in ("event", "level", "timestamp") and v is not None
+            )
+            body = f"{_safe(event_dict.get('event'))} {rest}".rstrip()
+        if self.colors:
+            return f"{DIM}{time}{RESET} {COLORS.get(level, '')}{body}{RESET}"
+        return f"{time} {body}"
+
+    @staticmethod
+    def _request(e: MutableMapping[str, Any]) -> str:
+        interruption = e.get("interruption") or {}
+        anomalies = e.get("anomalies") or {}
+        error = e.get("error") or {}
+        parts = [
+            f"{_safe(e.get('state')):<11}",
+            _safe(e.get("dialect") or "-"),
+            _safe(e.get("model") or e.get("response_model") or "-"),
+            str(e.get("status") or "-"),
+            f"finish={_safe(e.get('finish_reason') or '-')}",
+            f"ttft={_ms(e.get('ttft_ms'))}",
+            f"dur={_ms(e.get('duration_ms'))}",
+            f"{e.get('bytes', 0)}B",
+        ]
+        if interruption:
+            parts.append(f"cut={_safe(interruption.get('reason'))}")
+        if error:
+            parts.append(f"error={_safe(error.get('type') or error.get('code'))}")
+        if anomalies:
+            parts.append("anomalies=" + ",".join(_safe(k) for k in anomalies))
+        parts.append(f"{_safe(e.get('method'))} {_safe(e.get('path'))}")
+        return " ".join(parts)
 
 
 def configure(
@@ -115,6 +179,7 @@ def configure(
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         redact_processor,
+        _leading_fields,
     ]
     renderer: list[Any]
     if log_format == "json":
@@ -123,7 +188,7 @@ def configure(
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ]
     else:
-        renderer = [_console_summary, structlog.dev.ConsoleRenderer(colors=stream.isatty())]
+        renderer = [ConsoleRenderer(colors=stream.isatty())]
     structlog.configure(
         processors=shared + renderer,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),

@@ -1,0 +1,44 @@
+"""The project's own promises: CI runs README's test command; lint and types are clean."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def quickstart_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+
+
+def test_readme_quickstart_has_exactly_two_commands() -> None:
+    commands = quickstart_commands()
+    assert len(commands) == 2
+    assert all("\n" not in c for c in commands)
+    assert commands[0].endswith("sseproxy")
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert quickstart_commands()[1] in ci
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ruff", "check", "."], ["ruff", "format", "--check", "."], ["mypy"]],
+    ids=["ruff", "ruff-format", "mypy"],
+)
+def test_static_checks(command: list[str]) -> None:
+    tool = shutil.which(command[0], path=str(Path(sys.executable).parent))
+    if tool is None:
+        pytest.skip(f"{command[0]} is not installed (it comes with the test extra)")
+    result = subprocess.run([tool, *command[1:]], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
