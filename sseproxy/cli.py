@@ -28,6 +28,7 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--max-request-body-bytes", type=int, metavar="N")
     p.add_argument("--max-event-bytes", type=int, metavar="N")
     p.add_argument("--max-concurrent-streams", type=int, metavar="N")
+    p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
     p.add_argument(
         "--allow-remote",
         action="store_true",
@@ -110,6 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
             "max_request_body_bytes",
             "max_event_bytes",
             "max_concurrent_streams",
+            "shutdown_grace",
             "allow_remote",
         )
     }

@@ -89,6 +89,8 @@ class Settings:
     max_request_body_bytes: int = 32 * 1024 * 1024
     max_event_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 2000
+    shutdown_grace: float = 10.0
+    admin_token: str = ""
     dialect: str = "auto"
     routes: tuple[Route, ...] = ()
 
@@ -173,7 +175,9 @@ def _coerce(key: str, value: Any, problems: list[str]) -> Any:
             return int(value)
         if isinstance(default, float):
             return float(value)
-        return None if value in ("", None) and default is None else str(value)
+        if default is None:
+            return None if value in ("", None) else str(value)
+        return str(value)
     except (TypeError, ValueError):
         problems.append(f"{key}: {value!r} is not a valid {type(default).__name__}")
         return default
@@ -230,6 +234,8 @@ def _validate(settings: Settings, problems: list[str]) -> None:
     for key in ("idle_timeout", "connect_timeout"):
         if getattr(settings, key) <= 0:
             problems.append(f"{key}: must be positive")
+    if settings.shutdown_grace < 0:
+        problems.append("shutdown_grace: must not be negative")
     for key in ("max_request_body_bytes", "max_event_bytes", "max_concurrent_streams"):
         if getattr(settings, key) <= 0:
             problems.append(f"{key}: must be positive")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import ssl
 import time
 import uuid
@@ -411,6 +412,39 @@ def _break_downstream(request: web.Request) -> None:
         transport.close()
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    if request.method == "CONNECT":
+        return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
+    if not request.raw_path.startswith("/"):
+        # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
+        return refuse(request, 400, "sseproxy_absolute_form", "only origin-form targets")
+    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
+        settings = request.app[SETTINGS]
+        if not is_loopback(settings.host):
+            token = settings.admin_token
+            if not token or request.headers.get("Authorization") != f"Bearer {token}":
+                return json_error(403, "sseproxy_forbidden", "admin token required")
+    return await handler(request)
+
+
+def refuse(request: web.Request, status: int, etype: str, message: str) -> web.Response:
+    exchange = Exchange(request, request.app[SETTINGS])
+    exchange.status = status
+    exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error(etype[9:], message))
+    return json_error(status, etype, message)
+
+
 async def healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     body = {
@@ -427,7 +461,7 @@ async def own_not_found(request: web.Request) -> web.Response:
 
 
 def create_app(settings: Settings) -> web.Application:
-    app = web.Application(client_max_size=settings.max_request_body_bytes)
+    app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
     app[SETTINGS] = settings
     app[STATE] = ProxyState()
     app.router.add_get(OWN_PREFIX + "healthz", healthz)

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 import structlog
 from aiohttp import web
 
 from . import __version__, log
 from .config import Settings
-from .proxy import create_app
+from .proxy import STATE, create_app, is_loopback
 
 logger = structlog.get_logger("sseproxy")
-# In-flight streams get this long to finish after a shutdown signal before they are cut
-# (and recorded as interrupted / proxy_shutdown).
-SHUTDOWN_GRACE_SECONDS = 10.0
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def run(settings: Settings) -> int:
@@ -46,10 +32,18 @@ def run(settings: Settings) -> int:
                 "set allow_remote = true to silence this warning",
             )
 
+    async def stopping(app: web.Application) -> None:
+        logger.info(
+            "proxy.stopping",
+            active_streams=app[STATE].active,
+            grace_seconds=settings.shutdown_grace,
+        )
+
     async def stopped(app: web.Application) -> None:
         logger.info("proxy.stopped")
 
     app.on_startup.append(started)
+    app.on_shutdown.append(stopping)
     app.on_cleanup.append(stopped)
     web.run_app(
         app,
@@ -58,6 +52,6 @@ def run(settings: Settings) -> int:
         access_log=None,  # the request.finished record replaces the access log
         print=None,
         handler_cancellation=True,  # a client that leaves cancels its upstream request at once
-        shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+        shutdown_timeout=settings.shutdown_grace,
     )
     return 0

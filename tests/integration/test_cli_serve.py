@@ -61,3 +61,99 @@ def test_bad_config_exits_2_with_every_problem() -> None:
     )
     assert proc.returncode == 2
     assert "listen" in proc.stderr and "idle_timeout" in proc.stderr
+
+
+FAKE_UPSTREAM = r"""
+import asyncio, sys
+from aiohttp import web
+
+async def handle(request):
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+    await response.write(chunk)
+    if request.path.endswith("slow"):
+        await asyncio.sleep(60)
+    await asyncio.sleep(0.5)
+    await response.write(b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    await response.write_eof()
+    return response
+
+app = web.Application()
+app.router.add_route("*", "/{tail:.*}", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, shutdown_timeout=0.1)
+"""
+
+
+def test_graceful_shutdown_finishes_quick_streams_and_cuts_slow_ones(tmp_path) -> None:
+    """SIGTERM: stop accepting, let streams run for the grace period, cut the rest, exit 0."""
+    import threading
+
+    up_port, port = free_port(), free_port()
+    script = tmp_path / "up.py"
+    script.write_text(FAKE_UPSTREAM)
+    upstream = subprocess.Popen([sys.executable, str(script), str(up_port)])
+    env = {**os.environ, "SSEPROXY_LISTEN": f"127.0.0.1:{port}"}
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sseproxy",
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--shutdown-grace",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    bodies: dict[str, bytes | Exception] = {}
+
+    def fetch(name: str) -> None:
+        try:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions/{name}", data=b"{}", method="POST"
+            )
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                bodies[name] = resp.read()
+        except Exception as exc:  # the cut stream ends with an error on the client side
+            bodies[name] = exc
+
+    try:
+        wait_until_up(port, proxy)
+        for _ in range(50):  # the upstream process may still be starting
+            try:
+                socket.create_connection(("127.0.0.1", up_port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        threads = [threading.Thread(target=fetch, args=(n,)) for n in ("quick", "slow")]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # both streams are in flight
+        proxy.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(30)
+        out, err = proxy.communicate(timeout=30)
+    finally:
+        upstream.kill()
+        upstream.wait(10)
+        if proxy.poll() is None:
+            proxy.kill()
+    assert proxy.returncode == 0, err
+    records = {
+        r["path"].rsplit("/", 1)[1]: r
+        for r in map(json.loads, out.splitlines())
+        if r["event"] == "request.finished"
+    }
+    assert records["quick"]["state"] == "completed"
+    assert (records["slow"]["state"], records["slow"]["interruption"]["reason"]) == (
+        "interrupted",
+        "proxy_shutdown",
+    )
+    assert isinstance(bodies["quick"], bytes) and bodies["quick"].endswith(b"data: [DONE]\n\n")
+    events = [json.loads(line)["event"] for line in out.splitlines()]
+    assert events.index("proxy.stopping") < events.index("proxy.stopped")
