@@ -66,6 +66,10 @@ UPSTREAM_REQUEST_ID_HEADERS = (
     "x-generation-id",
     "cf-ray",
 )
+# States after which the upstream connection is known clean enough to reuse.
+REUSABLE = frozenset({State.COMPLETED, State.INCOMPLETE, State.FAILED, State.HTTP_ERROR})
+# An exception message can quote a whole malformed response; the error body stays readable.
+MAX_CAUSE_CHARS = 300
 # The request body is parsed for `model`/`stream` only when it is at most this large.
 MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 
@@ -201,7 +205,7 @@ class Exchange:
         self.upstream_request_id: str | None = None
         self.model: str | None = None
         self.stream = False
-        self.logged = False
+        self.verdict: Verdict | None = None
 
     def start_tap(self, upstream: aiohttp.ClientResponse) -> StreamTap:
         request = self.request
@@ -241,9 +245,9 @@ class Exchange:
         return verdict
 
     def log(self, verdict: Verdict) -> None:
-        if self.logged:
-            return
-        self.logged = True
+        if self.verdict is not None:
+            return  # one record per request, whatever path ends it
+        self.verdict = verdict
         request = self.request
         record = verdict.to_dict()
         response_model = record.pop("model")
@@ -329,13 +333,24 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     except BaseException as exc:
         return unreachable(exchange, exc)
+    # aiohttp returns a connection to its pool as soon as the body's framing says it ended
+    # (for a small body, before `request()` even returns), so before we know the verdict.
+    # Keep its transport to close it afterwards if need be. `_protocol` is not public API:
+    # without it, the only loss is this protection.
+    protocol = getattr(upstream, "_protocol", None)
+    transport = getattr(protocol, "transport", None)
     try:
         return await relay(exchange, upstream)
     finally:
-        if upstream.content.at_eof():
+        verdict = exchange.verdict
+        if upstream.content.at_eof() and verdict is not None and verdict.state in REUSABLE:
             upstream.release()  # keep the upstream connection for the next request
         else:
-            upstream.close()  # stop generation (and billing) now
+            # Stop generation (and billing) now. A body that ended without its terminal
+            # signal may also have left stray bytes on the connection: never reuse it.
+            upstream.close()
+            if transport is not None:
+                transport.close()
 
 
 def unreachable(exchange: Exchange, exc: BaseException) -> web.StreamResponse:
@@ -348,6 +363,8 @@ def unreachable(exchange: Exchange, exc: BaseException) -> web.StreamResponse:
     exchange.status = 504 if timed_out else 502
     etype = "upstream_timeout" if timed_out else "upstream_unreachable"
     cause = f"{type(exc).__name__}: {exc}"
+    if len(cause) > MAX_CAUSE_CHARS:
+        cause = cause[:MAX_CAUSE_CHARS] + "..."
     if end is not EndReason.IDLE_TIMEOUT:
         end = EndReason.UPSTREAM_UNREACHABLE
     exchange.finish(end, proxy_error=_error(etype, cause))
