@@ -256,10 +256,12 @@ async def test_upstream_refused(aiohttp_server, logs, unused_tcp_port) -> None:
     server = await aiohttp_server(
         create_app(load(None, {}, {"upstream": f"http://127.0.0.1:{unused_tcp_port}"}))
     )
-    async with aiohttp.ClientSession() as session:
-        async with session.post(str(server.make_url(PATH)), json={}) as resp:
-            assert resp.status == 502
-            assert "Connect" in (await resp.json())["error"]["message"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(str(server.make_url(PATH)), json={}) as resp,
+    ):
+        assert resp.status == 502
+        assert "Connect" in (await resp.json())["error"]["message"]
     record = (await records_after(logs, 1))[-1]
     assert (record["state"], record["interruption"]["reason"]) == (
         "http_error",
@@ -304,10 +306,12 @@ async def test_upstream_tls_failure(self_signed, aiohttp_server, logs) -> None:
         server = await aiohttp_server(
             create_app(load(None, {}, {"upstream": f"https://127.0.0.1:{port}"}))
         )
-        async with aiohttp.ClientSession() as session:
-            async with session.post(str(server.make_url(PATH)), json={}) as resp:
-                assert resp.status == 502
-                message = (await resp.json())["error"]["message"]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(str(server.make_url(PATH)), json={}) as resp,
+        ):
+            assert resp.status == 502
+            message = (await resp.json())["error"]["message"]
         assert "certificate" in message.lower() or "ssl" in message.lower()
         record = (await records_after(logs, 1))[-1]
         assert (record["state"], record["interruption"]["reason"]) == (
