@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -29,6 +30,15 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--max-event-bytes", type=int, metavar="N")
     p.add_argument("--max-concurrent-streams", type=int, metavar="N")
     p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
+    p.add_argument("--capture", dest="capture_dir", metavar="DIR", help="capture bodies here")
+    p.add_argument("--capture-max-bytes", type=int, metavar="N")
+    p.add_argument("--capture-max-total-bytes", type=int, metavar="N")
+    p.add_argument(
+        "--capture-request-bodies",
+        action="store_true",
+        default=None,
+        help="also capture request bodies (they hold prompts)",
+    )
     p.add_argument(
         "--allow-remote",
         action="store_true",
@@ -39,7 +49,7 @@ def _serve_parser(sub: Any) -> None:
 
 def _replay_parser(sub: Any) -> None:
     p = sub.add_parser("replay", help="feed a saved response body through the core")
-    p.add_argument("file", help="the response body, byte for byte")
+    p.add_argument("file", help="a response body, byte for byte, or a capture's .json sidecar")
     p.add_argument("--dialect", default="auto", choices=("auto", *[d.value for d in Dialect]))
     chunking = p.add_mutually_exclusive_group()
     chunking.add_argument("--chunk-size", type=int, metavar="N", help="feed N bytes at a time")
@@ -74,16 +84,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .capture import load_capture
     from .replay import EXIT_USAGE, ReplayOptions, replay
 
     if args.chunk_size is not None and args.chunk_size < 1:
         print("sseproxy replay: --chunk-size must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    capture = None
     try:
-        with open(args.file, "rb") as f:
-            data = f.read()
+        if args.file.endswith(".json"):
+            capture, data = load_capture(Path(args.file))
+        else:
+            data = Path(args.file).read_bytes()
     except OSError as exc:
         print(f"sseproxy replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, KeyError) as exc:
+        print(f"sseproxy replay: {args.file}: not a capture sidecar ({exc})", file=sys.stderr)
         return EXIT_USAGE
     options = ReplayOptions(
         dialect=None if args.dialect == "auto" else Dialect(args.dialect),
@@ -92,7 +109,7 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         events=args.events,
         content=args.content,
     )
-    return replay(data, options)
+    return replay(data, options, capture=capture)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -113,6 +130,10 @@ def _serve(args: argparse.Namespace) -> int:
             "max_concurrent_streams",
             "shutdown_grace",
             "allow_remote",
+            "capture_dir",
+            "capture_max_bytes",
+            "capture_max_total_bytes",
+            "capture_request_bodies",
         )
     }
     try:

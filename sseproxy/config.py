@@ -92,6 +92,11 @@ class Settings:
     shutdown_grace: float = 10.0
     admin_token: str = ""
     dialect: str = "auto"
+    capture_dir: str = ""
+    capture_max_bytes: int = 8 * 1024 * 1024
+    capture_max_total_bytes: int = 512 * 1024 * 1024
+    capture_request_bodies: bool = False
+    metrics_models: str = ""
     routes: tuple[Route, ...] = ()
 
     @property
@@ -177,6 +182,8 @@ def _coerce(key: str, value: Any, problems: list[str]) -> Any:
             return float(value)
         if default is None:
             return None if value in ("", None) else str(value)
+        if isinstance(value, list):  # a TOML list for a comma-separated setting
+            return ",".join(str(v) for v in value)
         return str(value)
     except (TypeError, ValueError):
         problems.append(f"{key}: {value!r} is not a valid {type(default).__name__}")
@@ -236,7 +243,13 @@ def _validate(settings: Settings, problems: list[str]) -> None:
             problems.append(f"{key}: must be positive")
     if settings.shutdown_grace < 0:
         problems.append("shutdown_grace: must not be negative")
-    for key in ("max_request_body_bytes", "max_event_bytes", "max_concurrent_streams"):
+    for key in (
+        "max_request_body_bytes",
+        "max_event_bytes",
+        "max_concurrent_streams",
+        "capture_max_bytes",
+        "capture_max_total_bytes",
+    ):
         if getattr(settings, key) <= 0:
             problems.append(f"{key}: must be positive")
     if not settings.routes and not settings.upstream:

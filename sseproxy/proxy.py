@@ -14,8 +14,9 @@ import ipaddress
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import __version__
+from .capture import Capture, CaptureSettings, CaptureStore, redact_headers
 from .config import Route, Settings
 from .core import (
     Dialect,
@@ -35,9 +37,11 @@ from .core import (
     StreamTap,
     TapOptions,
     Verdict,
+    with_transport,
 )
 from .core.dialects import detect
 from .log import level_for, redact_query
+from .metrics import CONTENT_TYPE_LATEST, Metrics
 
 log = structlog.get_logger("sseproxy")
 
@@ -66,8 +70,6 @@ UPSTREAM_REQUEST_ID_HEADERS = (
     "x-generation-id",
     "cf-ray",
 )
-# States after which the upstream connection is known clean enough to reuse.
-REUSABLE = frozenset({State.COMPLETED, State.INCOMPLETE, State.FAILED, State.HTTP_ERROR})
 # An exception message can quote a whole malformed response; the error body stays readable.
 MAX_CAUSE_CHARS = 300
 # The request body is parsed for `model`/`stream` only when it is at most this large.
@@ -76,6 +78,8 @@ MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 
 @dataclass
 class ProxyState:
+    metrics: Metrics
+    captures: CaptureStore | None = None
     started: float = field(default_factory=time.monotonic)
     active: int = 0
     shutting_down: bool = False
@@ -196,6 +200,11 @@ class Exchange:
     def __init__(self, request: web.Request, settings: Settings) -> None:
         self.request = request
         self.settings = settings
+        self.state = request.app[STATE]
+        self.capture: Capture | None = None
+        self.request_body = b""
+        self.response_headers: dict[str, str] = {}
+        self.end: EndReason | None = None
         self.request_id = uuid.uuid4().hex
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
@@ -226,10 +235,14 @@ class Exchange:
             if name in upstream.headers:
                 self.upstream_request_id = upstream.headers[name]
                 break
+        self.response_headers = redact_headers(upstream.headers)
+        if self.state.captures is not None:
+            self.capture = self.state.captures.new(self.request_id, self.timings.start)
         return self.tap
 
     def finish(self, end: EndReason, *, proxy_error: ErrorInfo | None = None) -> Verdict:
         """Close the tap, apply what only the shell knows (status, who left), log the record."""
+        self.end = end
         tap = self.tap or StreamTap(Dialect.SSE)
         verdict = tap.close(end)
         if proxy_error is not None:
@@ -237,10 +250,8 @@ class Exchange:
             verdict = verdict.replace(
                 state=State.HTTP_ERROR, error=proxy_error, interruption=interruption
             )
-        elif self.status is not None and not 200 <= self.status < 300:
-            verdict = verdict.replace(state=State.HTTP_ERROR, interruption=None)
-        elif end is EndReason.CLIENT_DISCONNECTED and verdict.state is State.INTERRUPTED:
-            verdict = verdict.replace(state=State.CANCELLED)
+        else:
+            verdict = with_transport(verdict, self.status, end)
         self.log(verdict)
         return verdict
 
@@ -268,6 +279,26 @@ class Exchange:
             **record,
         }
         log.log(level_for(verdict.state), "request.finished", **fields)
+        self.state.metrics.observe(verdict, self.status, fields)
+        if self.capture is not None and self.state.captures is not None:
+            self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
+
+    def capture_meta(self, verdict: Verdict, fields: dict[str, Any]) -> dict[str, Any]:
+        request = self.request
+        assert self.state.captures is not None
+        return {
+            "method": request.method,
+            "path": fields["path"],
+            "request_headers": redact_headers(request.headers),
+            "request_body_base64": self.state.captures.request_body(self.request_body),
+            "status": self.status,
+            "response_headers": self.response_headers,
+            "dialect": str(verdict.dialect),
+            "content_encoding": self.response_headers.get("Content-Encoding"),
+            "end": str(self.end) if self.end else None,
+            "verdict": verdict.to_dict(),
+            "record": fields,
+        }
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
@@ -279,10 +310,12 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("overloaded", "at capacity"))
         return json_error(503, "sseproxy_overloaded", "too many concurrent streams")
     state.active += 1
+    state.metrics.active.inc()
     try:
         return await forward(exchange, state)
     finally:
         state.active -= 1
+        state.metrics.active.dec()
 
 
 def _error(etype: str, message: str) -> ErrorInfo:
@@ -320,6 +353,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
             f"request body exceeds {settings.max_request_body_bytes} bytes",
         )
     exchange.model, _ = request_facts(body, request.path)
+    exchange.request_body = body
     url = route.target(request.path, request.query_string)
     headers = forwardable(request.headers, drop=frozenset({"host", "content-length"}))
     assert state.session is not None
@@ -333,24 +367,13 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     except BaseException as exc:
         return unreachable(exchange, exc)
-    # aiohttp returns a connection to its pool as soon as the body's framing says it ended
-    # (for a small body, before `request()` even returns), so before we know the verdict.
-    # Keep its transport to close it afterwards if need be. `_protocol` is not public API:
-    # without it, the only loss is this protection.
-    protocol = getattr(upstream, "_protocol", None)
-    transport = getattr(protocol, "transport", None)
     try:
         return await relay(exchange, upstream)
     finally:
-        verdict = exchange.verdict
-        if upstream.content.at_eof() and verdict is not None and verdict.state in REUSABLE:
+        if upstream.content.at_eof():
             upstream.release()  # keep the upstream connection for the next request
         else:
-            # Stop generation (and billing) now. A body that ended without its terminal
-            # signal may also have left stray bytes on the connection: never reuse it.
-            upstream.close()
-            if transport is not None:
-                transport.close()
+            upstream.close()  # stop generation (and billing) now
 
 
 def unreachable(exchange: Exchange, exc: BaseException) -> web.StreamResponse:
@@ -389,6 +412,7 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
         headers["X-Accel-Buffering"] = "no"
         headers["Cache-Control"] = "no-cache"
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    capture = exchange.capture
     writing = False
     try:
         writing = True
@@ -400,7 +424,10 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
                 await response.write(chunk)
             finally:
                 # Counted even when the write failed: those bytes did arrive from upstream.
-                exchange.timings.chunk(time.monotonic(), tap.feed(chunk))
+                now = time.monotonic()
+                exchange.timings.chunk(now, tap.feed(chunk))
+                if capture is not None:
+                    capture.chunk(chunk, now)
             writing = False
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
@@ -438,8 +465,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 @web.middleware
-async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
     if request.method == "CONNECT":
         return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
@@ -473,6 +503,11 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def own_not_found(request: web.Request) -> web.Response:
     return json_error(404, "sseproxy_not_found", f"{request.path} is not a sseproxy endpoint")
 
@@ -480,12 +515,25 @@ async def own_not_found(request: web.Request) -> web.Response:
 def create_app(settings: Settings) -> web.Application:
     app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
     app[SETTINGS] = settings
-    app[STATE] = ProxyState()
+    models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
+    captures = None
+    if settings.capture_dir:
+        captures = CaptureStore(
+            CaptureSettings(
+                Path(settings.capture_dir),
+                settings.capture_max_bytes,
+                settings.capture_max_total_bytes,
+                settings.capture_request_bodies,
+            )
+        )
+    app[STATE] = ProxyState(Metrics(models), captures)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
+    app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
     app.router.add_route("*", "/{tail:.*}", proxy_handler)
     app.cleanup_ctx.append(_client_session)
     app.on_shutdown.append(_mark_shutdown)
+    app.on_cleanup.append(_drain_captures)
     return app
 
 
@@ -510,3 +558,9 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
 
 async def _mark_shutdown(app: web.Application) -> None:
     app[STATE].shutting_down = True
+
+
+async def _drain_captures(app: web.Application) -> None:
+    captures = app[STATE].captures
+    if captures is not None:
+        await captures.drain()

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
-from .core import Dialect, EndReason, SSEDecoder, SSEEvent, StreamTap, TapOptions
+from .capture import recorded_chunks
+from .core import (
+    Dialect,
+    EndReason,
+    SSEDecoder,
+    SSEEvent,
+    StreamTap,
+    TapOptions,
+    with_transport,
+)
 from .core.tap import Framing
 
 EXIT_COMPLETED = 0
@@ -44,11 +53,28 @@ def chunks(data: bytes, options: ReplayOptions) -> Iterator[bytes]:
         yield data
 
 
-def replay(data: bytes, options: ReplayOptions, out: TextIO = sys.stdout) -> int:
-    tap = StreamTap(options.dialect, options=TapOptions())
-    events = SSEDecoder() if options.events else None
+def replay(
+    data: bytes,
+    options: ReplayOptions,
+    out: TextIO = sys.stdout,
+    capture: dict[str, Any] | None = None,
+) -> int:
+    """Feed `data` through the core and print the verdict. With a capture sidecar, the
+    recorded chunking, dialect, encoding, status and ending are used unless options say
+    otherwise, so the recorded verdict is reproduced."""
+    dialect, encoding, end, status = options.dialect, None, str(EndReason.END_OF_INPUT), None
+    pieces: Iterable[bytes] = chunks(data, options)
+    if capture is not None:
+        dialect = dialect or Dialect(capture["dialect"])
+        encoding = capture.get("content_encoding")
+        end = capture.get("end") or end
+        status = capture.get("status")
+        if options.chunk_size is None and options.random_seed is None:
+            pieces = recorded_chunks(capture, data)
+    tap = StreamTap(dialect, content_encoding=encoding, options=TapOptions())
+    events = SSEDecoder() if options.events and not encoding else None
     lines: list[bytes] = []
-    for chunk in chunks(data, options):
+    for chunk in pieces:
         tap.feed(chunk)
         if events is not None:
             for frame in events.feed(chunk):
@@ -56,7 +82,7 @@ def replay(data: bytes, options: ReplayOptions, out: TextIO = sys.stdout) -> int
                     continue  # a comment
                 record = {"type": frame.type, "data": frame.data, "id": frame.id}
                 lines.append(orjson.dumps(record))
-    verdict = tap.close(EndReason.END_OF_INPUT)
+    verdict = with_transport(tap.close(end), status, end)
     if events is not None and tap.framing is Framing.SSE:
         for line in lines:
             out.write(line.decode() + "\n")

@@ -13,6 +13,7 @@ from .verdict import (
     ToolCallSummary,
     Usage,
     Verdict,
+    with_transport,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "ToolCallSummary",
     "Usage",
     "Verdict",
+    "with_transport",
 ]

@@ -133,3 +133,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def with_transport(verdict: Verdict, status: int | None, end: str) -> Verdict:
+    """Add what only the HTTP layer knows: a non-2xx status, or a client that went away."""
+    if status is not None and not 200 <= status < 300:
+        return verdict.replace(state=State.HTTP_ERROR, interruption=None)
+    if end == EndReason.CLIENT_DISCONNECTED and verdict.state is State.INTERRUPTED:
+        return verdict.replace(state=State.CANCELLED)
+    return verdict

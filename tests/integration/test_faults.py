@@ -46,6 +46,7 @@ class Fault:
     settings: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
     anomalies: tuple[str, ...] = ()
+    settle: float = 0.0  # seconds before the next request (see the fault that uses it)
 
 
 MID_UTF8 = HELLO + b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"\xe4\xb8'
@@ -128,14 +129,16 @@ FAULTS = [
         "upstream_closed",
         client_error=False,
     ),
-    # The stray bytes come after a pause: in the same read, aiohttp's parser rejects the whole
-    # response ("Bad status line") and the client gets a 502 naming it.
+    # The stray bytes come after a pause, then the server hangs up; the next request waits
+    # for that hang-up to reach the pool. (Stray bytes in the same read as the headers make
+    # aiohttp reject the whole response: the client then gets a 502 naming it.)
     Fault(
         "content_length_shorter_than_body",
-        RawScript([Body(HELLO), Pause(0.05), Body(END)], framing=f"length:{len(HELLO)}"),
+        RawScript([Body(HELLO), Pause(0.05), Body(END), Hangup()], framing=f"length:{len(HELLO)}"),
         "interrupted",
         "upstream_closed",
         client_error=False,
+        settle=0.2,
     ),
     Fault(
         "content_length_longer_than_body",
@@ -243,6 +246,7 @@ async def test_fault(fault: Fault, raw_upstream, aiohttp_server, logs) -> None:
             for anomaly in fault.anomalies:
                 assert anomaly in record["anomalies"]
             raw_upstream.script = NORMAL
+            await asyncio.sleep(fault.settle)
             got, error = await fetch(session, url)  # (c) the next request is normal
             assert (got, error) == (HELLO + END, None), got[:300]
             assert (await records_after(logs, 3 + 2 * round_))[-1]["state"] == "completed"

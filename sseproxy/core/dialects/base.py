@@ -154,6 +154,13 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def ident(value: Any) -> str | int | None:
+    """A JSON value made safe to use as a key: ids and indexes are scalars, or else nothing."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return value
+    return None
+
+
 def dig(obj: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(obj, dict):

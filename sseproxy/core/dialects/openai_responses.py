@@ -10,7 +10,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, error_info
+from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, error_info, ident
 
 TERMINALS = {
     "response.completed": State.COMPLETED,
@@ -37,6 +37,10 @@ QUIET_PREFIXES = (
     "response.content_part.added",
     "response.reasoning_summary_part.added",
 )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def responses_usage(raw: dict[str, Any]) -> Usage:
@@ -103,8 +107,8 @@ class OpenAIResponsesAssembler(Assembler):
         ):
             self.add_arguments(self.call_for(obj), obj.get("delta"))
         elif etype in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            index = obj.get("summary_index", obj.get("content_index"))
-            self.add_reasoning((obj.get("item_id"), etype, index), obj.get("delta"))
+            index = ident(obj.get("summary_index", obj.get("content_index")))
+            self.add_reasoning((ident(obj.get("item_id")), etype, index), obj.get("delta"))
         elif etype == "response.refusal.delta":
             self.on_part_delta("refusal", obj)
         elif etype in TERMINALS:
@@ -121,7 +125,7 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["unknown_event_type"] += 1
 
     def on_part_delta(self, kind: str, obj: dict[str, Any]) -> None:
-        key = (obj.get("item_id"), as_int(obj.get("content_index")) or 0)
+        key = (ident(obj.get("item_id")), as_int(obj.get("content_index")) or 0)
         if (str(key[0]), kind, key[1]) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
         if kind == "text":
@@ -131,7 +135,7 @@ class OpenAIResponsesAssembler(Assembler):
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
-        return self.tool_call(obj.get("item_id") or obj.get("output_index"))
+        return self.tool_call(ident(obj.get("item_id")) or ident(obj.get("output_index")))
 
     def on_item(self, item: Any, done: bool) -> None:
         if not isinstance(item, dict):
@@ -139,7 +143,7 @@ class OpenAIResponsesAssembler(Assembler):
         itype = item.get("type")
         if itype in CLIENT_TOOL_ITEMS:
             self.has_function_calls = True
-            call = self.tool_call(item.get("id"))
+            call = self.tool_call(ident(item.get("id")))
             self.set_call_identity(call, item.get("call_id"), item.get("name"))
             if done:
                 self.compare(call.arguments, item.get("arguments", item.get("input")))
@@ -147,11 +151,11 @@ class OpenAIResponsesAssembler(Assembler):
         elif isinstance(itype, str) and itype.endswith("_call") and not done:
             self.server_tool_calls.append(itype)
         if done and itype == "message":
-            for index, part in enumerate(item.get("content") or ()):
-                self.compare_part(item.get("id"), index, part)
+            for index, part in enumerate(_list(item.get("content"))):
+                self.compare_part(ident(item.get("id")), index, part)
 
     def on_done_snapshot(self, etype: str, obj: dict[str, Any]) -> None:
-        item_id = obj.get("item_id")
+        item_id = ident(obj.get("item_id"))
         index = as_int(obj.get("content_index")) or 0
         if etype == "response.output_text.done":
             self.done_parts.add((str(item_id), "text", index))
@@ -212,10 +216,10 @@ class OpenAIResponsesAssembler(Assembler):
         if isinstance(response, dict) and isinstance(response.get("output"), list):
             for item in response["output"]:
                 if isinstance(item, dict) and item.get("type") == "message":
-                    for index, part in enumerate(item.get("content") or ()):
-                        self.compare_part(item.get("id"), index, part)
+                    for index, part in enumerate(_list(item.get("content"))):
+                        self.compare_part(ident(item.get("id")), index, part)
                 elif isinstance(item, dict) and item.get("type") in CLIENT_TOOL_ITEMS:
-                    call = self.tool_calls.get(item.get("id"))
+                    call = self.tool_calls.get(ident(item.get("id")))
                     if call is not None:
                         self.compare(call.arguments, item.get("arguments"), call.truncated)
 
@@ -232,14 +236,14 @@ class OpenAIResponsesAssembler(Assembler):
                 self.outcome_state = state
                 reason = dig(body, "incomplete_details", "reason")
                 self.incomplete_reason = reason if isinstance(reason, str) else None
-            for item in body.get("output") or ():
+            for item in _list(body.get("output")):
                 if isinstance(item, dict) and item.get("type") == "message":
-                    for part in item.get("content") or ():
+                    for part in _list(item.get("content")):
                         if isinstance(part, dict):
-                            self.add_text((item.get("id"), 0), part.get("text"))
-                            self.add_refusal((item.get("id"), 0), part.get("refusal"))
+                            self.add_text((ident(item.get("id")), 0), part.get("text"))
+                            self.add_refusal((ident(item.get("id")), 0), part.get("refusal"))
                 elif isinstance(item, dict) and item.get("type") in CLIENT_TOOL_ITEMS:
-                    call = self.tool_call(item.get("id"))
+                    call = self.tool_call(ident(item.get("id")))
                     self.set_call_identity(call, item.get("call_id"), item.get("name"))
                     self.add_arguments(call, item.get("arguments"))
                     call.completed = True

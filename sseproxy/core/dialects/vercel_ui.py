@@ -10,7 +10,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State
-from .base import Assembler, Outcome, dumps
+from .base import Assembler, Outcome, dumps, ident
 
 FINISH = {
     None: (State.COMPLETED, FinishCategory.STOP),
@@ -71,16 +71,18 @@ class VercelUIAssembler(Assembler):
 
     def on_part(self, ptype: str, obj: dict[str, Any]) -> None:
         if ptype == "text-delta":
-            self.add_text((0, obj.get("id")), obj.get("delta"))
+            self.add_text((0, ident(obj.get("id"))), obj.get("delta"))
         elif ptype == "reasoning-delta":
-            self.add_reasoning((0, obj.get("id")), obj.get("delta"))
+            self.add_reasoning((0, ident(obj.get("id"))), obj.get("delta"))
         elif ptype == "tool-input-start":
-            call = self.tool_call(obj.get("toolCallId"))
+            call = self.tool_call(ident(obj.get("toolCallId")))
             self.set_call_identity(call, obj.get("toolCallId"), obj.get("toolName"))
         elif ptype == "tool-input-delta":
-            self.add_arguments(self.tool_call(obj.get("toolCallId")), obj.get("inputTextDelta"))
+            self.add_arguments(
+                self.tool_call(ident(obj.get("toolCallId"))), obj.get("inputTextDelta")
+            )
         elif ptype == "tool-input-available":
-            call = self.tool_call(obj.get("toolCallId"))
+            call = self.tool_call(ident(obj.get("toolCallId")))
             if call.id is None:
                 self.set_call_identity(call, obj.get("toolCallId"), obj.get("toolName"))
             if not call.fragments:

@@ -1,0 +1,136 @@
+"""Operators' features: Prometheus metrics and capture to disk (with replay of a capture)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sseproxy.capture import load_capture
+from sseproxy.replay import ReplayOptions, replay
+from tests.integration.fake_upstream import Close, Script, Send, Sleep
+from tests.streams import sse
+
+PATH = "/v1/chat/completions"
+
+
+def chunk(content=None, finish=None) -> dict:
+    delta = {"content": content} if content is not None else {}
+    return {
+        "id": "c",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+USAGE = {
+    "id": "c",
+    "choices": [],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+}
+COMPLETE = sse(chunk("Hi"), chunk(finish="stop"), USAGE, "[DONE]")
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def wait_records(logs, n):
+    for _ in range(200):
+        if len(logs.records()) >= n:
+            return logs.records()
+        await asyncio.sleep(0.01)
+    return logs.records()
+
+
+async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(COMPLETE)]))
+    cut = b'event: message_start\ndata: {}\n\nevent: ping\ndata: {"ty'
+    fake.script("/v1/messages", Script([Send(cut), Close()]))
+    client = await make_proxy(metrics_models="gpt-known")
+    for model in ("gpt-known", "unlisted-model"):
+        await (await client.post(PATH, json={"model": model})).read()
+    with pytest.raises(aiohttp.ClientPayloadError):  # the cut reaches the client
+        await (await client.post("/v1/messages", json={"model": "claude"})).read()
+    await wait_records(logs, 3)
+    text = await (await client.get("/_sseproxy/metrics")).text()
+    got = samples(text)
+    ok = (
+        ("dialect", "openai-chat"),
+        ("finish_category", "stop"),
+        ("state", "completed"),
+        ("status_class", "2xx"),
+    )
+    assert got[("sseproxy_requests_total", tuple(sorted((*ok, ("model", "gpt-known")))))] == 1
+    assert got[("sseproxy_requests_total", tuple(sorted((*ok, ("model", "other")))))] == 1
+    cut = [k for k in got if k[0] == "sseproxy_requests_total" and ("state", "interrupted") in k[1]]
+    assert cut and got[cut[0]] == 1
+    assert got[("sseproxy_anomalies_total", (("anomaly", "partial_event_discarded"),))] == 1
+    assert got[("sseproxy_tokens_total", (("dialect", "openai-chat"), ("kind", "input")))] == 14
+    assert got[("sseproxy_ttft_seconds_count", (("dialect", "openai-chat"),))] == 2
+    assert got[("sseproxy_active_streams", ())] == 0
+    assert got[("sseproxy_upstream_bytes_total", (("dialect", "openai-chat"),))] == 2 * len(
+        COMPLETE
+    )
+    labels = {v for k in got for _, v in k[1]}
+    assert "unlisted-model" not in labels  # label values stay bounded
+
+
+async def test_capture_and_replay(upstream, make_proxy, logs, tmp_path: Path) -> None:
+    fake, _ = upstream
+    cut = sse(chunk("Hel"), chunk("lo")) + b'data: {"id":"c","cho'
+    pause = Sleep(0.05)  # so that each write arrives as its own read
+    fake.script(
+        PATH,
+        Script([Send(cut[:10]), pause, Send(cut[10:60]), pause, Send(cut[60:]), pause, Close()]),
+    )
+    client = await make_proxy(capture_dir=str(tmp_path))
+    resp = await client.post(
+        PATH + "?key=secret-query",
+        json={"model": "m", "api_key": "body-secret"},
+        headers={"Authorization": "Bearer sk-secret-123456"},
+    )
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await resp.read()
+    [record] = await wait_records(logs, 1)
+    for _ in range(100):
+        sidecars = list(tmp_path.glob("*.json"))
+        if sidecars:
+            break
+        await asyncio.sleep(0.02)
+    [sidecar_path] = sidecars
+    sidecar, body = load_capture(sidecar_path)
+    assert body == cut
+    assert [c[1] for c in sidecar["chunks"]] == [10, 50, len(cut) - 60]
+    assert sidecar["verdict"]["state"] == "interrupted" == record["state"]
+    assert sidecar["request_body_base64"] is None  # prompts only with capture_request_bodies
+    everything = sidecar_path.read_text() + json.dumps(record)
+    for secret in ("secret-query", "body-secret", "sk-secret-123456"):
+        assert secret not in everything
+    out = io.StringIO()
+    assert replay(body, ReplayOptions(), out, capture=sidecar) == 1
+    replayed = json.loads(out.getvalue().splitlines()[-1])
+    assert replayed == sidecar["verdict"]
+
+
+async def test_capture_directory_is_capped(upstream, make_proxy, logs, tmp_path: Path) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(COMPLETE)]))
+    client = await make_proxy(capture_dir=str(tmp_path), capture_max_total_bytes=6000)
+    for _ in range(10):
+        await (await client.post(PATH, json={})).read()
+    await wait_records(logs, 10)
+    await asyncio.sleep(0.3)
+    total = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert total <= 6000
+    assert list(tmp_path.glob("*.json"))  # the newest survive
