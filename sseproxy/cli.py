@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from . import __version__
 from .config import ConfigError, load
 from .core import Dialect
 
-COMMANDS = ("serve", "replay")
+COMMANDS = ("serve", "replay", "mock", "demo")
 
 
 def _serve_parser(sub: Any) -> None:
@@ -30,6 +31,13 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--max-event-bytes", type=int, metavar="N")
     p.add_argument("--max-concurrent-streams", type=int, metavar="N")
     p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
+    p.add_argument(
+        "--allow-inject",
+        action="store_true",
+        default=None,
+        help="let requests choose drill faults with the x-sseproxy-inject header",
+    )
+    p.add_argument("--inject", metavar="RULES", help="drill faults for every request")
     p.add_argument("--capture", dest="capture_dir", metavar="DIR", help="capture bodies here")
     p.add_argument("--capture-max-bytes", type=int, metavar="N")
     p.add_argument("--capture-max-total-bytes", type=int, metavar="N")
@@ -58,6 +66,23 @@ def _replay_parser(sub: Any) -> None:
     p.add_argument("--content", action="store_true", help="print the assembled content")
 
 
+def _mock_parser(sub: Any) -> None:
+    p = sub.add_parser("mock", help="serve recorded streams as a fake upstream")
+    p.add_argument("paths", nargs="+", help="capture sidecars (.json), body files, or folders")
+    p.add_argument("--listen", default="127.0.0.1:8791", metavar="HOST:PORT")
+    timing = p.add_mutually_exclusive_group()
+    timing.add_argument("--speed", type=float, default=1.0, help="replay X times faster")
+    timing.add_argument("--no-delay", action="store_true", help="send as fast as possible")
+    p.add_argument("--dialect", choices=[d.value for d in Dialect], help="for body files")
+    p.add_argument("--allow-inject", action="store_true", help="honour x-sseproxy-inject")
+    p.add_argument("--inject", default="", metavar="RULES", help="faults for every stream")
+
+
+def _demo_parser(sub: Any) -> None:
+    p = sub.add_parser("demo", help="see sseproxy work on bundled streams, offline")
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sseproxy",
@@ -67,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     _serve_parser(sub)
     _replay_parser(sub)
+    _mock_parser(sub)
+    _demo_parser(sub)
     return parser
 
 
@@ -80,7 +107,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     if args.command == "replay":
         return _replay(args, parser)
+    if args.command == "mock":
+        return _mock(args)
+    if args.command == "demo":
+        from . import demo
+
+        return asyncio.run(demo.run(args.log_format))
     return _serve(args)
+
+
+def _mock(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .config import split_listen
+    from .core.inject import InjectionError, parse_rules
+    from .mock import MockServer, load_recordings
+
+    try:
+        rules = parse_rules(args.inject)
+        recordings = load_recordings(
+            [Path(p) for p in args.paths], Dialect(args.dialect) if args.dialect else None
+        )
+        server = MockServer(
+            recordings, 0.0 if args.no_delay else args.speed, args.allow_inject, rules
+        )
+        host, port = split_listen(args.listen)
+    except (InjectionError, OSError, ValueError, KeyError) as exc:
+        print(f"sseproxy mock: {exc}", file=sys.stderr)
+        return 2
+    names = ", ".join(r.name for r in recordings)
+    print(
+        f"sseproxy mock: serving {len(recordings)} streams on http://{host}:{port} ({names})",
+        file=sys.stderr,
+    )
+    web.run_app(server.app(), host=host, port=port, print=None, access_log=None)
+    return 0
 
 
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -134,6 +195,8 @@ def _serve(args: argparse.Namespace) -> int:
             "capture_max_bytes",
             "capture_max_total_bytes",
             "capture_request_bodies",
+            "allow_inject",
+            "inject",
         )
     }
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .core.inject import InjectionError, parse_rules
 from .core.verdict import Dialect
 
 ENV_PREFIX = "SSEPROXY_"
@@ -41,6 +42,7 @@ class Route:
     upstream: str
     strip_prefix: str = ""
     dialect: Dialect | None = None
+    inject: str = ""
     _regexes: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
 
     def matches(self, path: str) -> bool:
@@ -72,9 +74,10 @@ def make_route(
     upstream: str,
     strip_prefix: str = "",
     dialect: Dialect | None = None,
+    inject: str = "",
 ) -> Route:
     regexes = tuple(compile_pattern(p) for p in paths)
-    return Route(name, paths, upstream, strip_prefix, dialect, regexes)
+    return Route(name, paths, upstream, strip_prefix, dialect, inject, regexes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class Settings:
     capture_max_total_bytes: int = 512 * 1024 * 1024
     capture_request_bodies: bool = False
     metrics_models: str = ""
+    allow_inject: bool = False
+    inject: str = ""
     routes: tuple[Route, ...] = ()
 
     @property
@@ -109,7 +114,7 @@ class Settings:
 
     def route_for(self, path: str) -> Route | None:
         if self.upstream:
-            return make_route("upstream", ("/*",), self.upstream)
+            return make_route("upstream", ("/*",), self.upstream, inject=self.inject)
         return next((r for r in self.routes if r.matches(path)), None)
 
 
@@ -212,9 +217,14 @@ def _routes(raw: Any, problems: list[str]) -> tuple[Route, ...]:
             problems.append(f"route {name!r}: unknown dialect {dialect!r}")
             dialect = None
         strip = str(item.get("strip_prefix", ""))
-        routes.append(
-            make_route(name, tuple(paths), upstream, strip, Dialect(dialect) if dialect else None)
-        )
+        inject = str(item.get("inject", ""))
+        try:
+            parse_rules(inject)
+        except InjectionError as exc:
+            problems.append(f"route {name!r}: {exc}")
+            inject = ""
+        route_dialect = Dialect(dialect) if dialect else None
+        routes.append(make_route(name, tuple(paths), upstream, strip, route_dialect, inject))
     return tuple(routes)
 
 
@@ -236,6 +246,10 @@ def _validate(settings: Settings, problems: list[str]) -> None:
         problems.append(f"log_format: {settings.log_format!r} is not one of {LOG_FORMATS}")
     if settings.log_level not in LOG_LEVELS:
         problems.append(f"log_level: {settings.log_level!r} is not one of {LOG_LEVELS}")
+    try:
+        parse_rules(settings.inject)
+    except InjectionError as exc:
+        problems.append(f"inject: {exc}")
     if settings.dialect != "auto" and settings.dialect not in {d.value for d in Dialect}:
         problems.append(f"dialect: {settings.dialect!r} is not auto or a known dialect")
     for key in ("idle_timeout", "connect_timeout"):

@@ -40,6 +40,11 @@ from .core import (
     with_transport,
 )
 from .core.dialects import detect
+from .core.inject import Close as InjectClose
+from .core.inject import InjectionError, Injector, Rule, parse_rules
+from .core.inject import Pause as InjectPause
+from .core.inject import Step as InjectStep
+from .core.inject import Write as InjectWrite
 from .log import level_for, redact_query
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 
@@ -48,6 +53,7 @@ log = structlog.get_logger("sseproxy")
 SETTINGS = web.AppKey("settings", Settings)
 STATE: web.AppKey[ProxyState] = web.AppKey("state")
 OWN_PREFIX = "/_sseproxy/"
+INJECT_HEADER = "x-sseproxy-inject"
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward.
 HOP_BY_HOP = frozenset(
     {
@@ -131,13 +137,38 @@ class Timings:
         }
 
 
+class IdleWatch:
+    """Cuts a stream after `timeout` seconds without an upstream byte.
+
+    The relay only stores the time of each chunk in `last`; one timer per idle period checks
+    it. (A timer re-armed per chunk costs more than all of the analysis.)
+    """
+
+    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self.on_expiry = on_expiry
+        self.last = time.monotonic()
+        self.expired = False
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(timeout, self._check)
+
+    def _check(self) -> None:
+        deadline = self.last + self.timeout
+        if time.monotonic() >= deadline:
+            self.expired = True
+            self.on_expiry()
+        else:
+            self._handle = self._loop.call_later(deadline - time.monotonic(), self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
 def end_reason_for(exc: BaseException, *, after_headers: bool) -> EndReason:
     """The one place where transport exceptions become our vocabulary."""
     if isinstance(exc, asyncio.CancelledError):
         return EndReason.CLIENT_DISCONNECTED
-    if isinstance(exc, aiohttp.ServerTimeoutError) and not isinstance(
-        exc, aiohttp.ConnectionTimeoutError
-    ):
+    if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
         return EndReason.IDLE_TIMEOUT
     if not after_headers and isinstance(
         exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | ssl.SSLError
@@ -205,6 +236,10 @@ class Exchange:
         self.request_body = b""
         self.response_headers: dict[str, str] = {}
         self.end: EndReason | None = None
+        self.http_complete = True
+        self.writing = False
+        self.inject_rules: tuple[Rule, ...] = ()
+        self.watch: IdleWatch | None = None
         self.request_id = uuid.uuid4().hex
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
@@ -240,9 +275,16 @@ class Exchange:
             self.capture = self.state.captures.new(self.request_id, self.timings.start)
         return self.tap
 
-    def finish(self, end: EndReason, *, proxy_error: ErrorInfo | None = None) -> Verdict:
+    def finish(
+        self,
+        end: EndReason,
+        *,
+        proxy_error: ErrorInfo | None = None,
+        http_complete: bool = True,
+    ) -> Verdict:
         """Close the tap, apply what only the shell knows (status, who left), log the record."""
         self.end = end
+        self.http_complete = http_complete
         tap = self.tap or StreamTap(Dialect.SSE)
         verdict = tap.close(end)
         if proxy_error is not None:
@@ -278,6 +320,8 @@ class Exchange:
             **self.timings.fields(time.monotonic()),
             **record,
         }
+        if self.inject_rules:
+            fields["injected"] = [str(rule) for rule in self.inject_rules]
         log.log(level_for(verdict.state), "request.finished", **fields)
         self.state.metrics.observe(verdict, self.status, fields)
         if self.capture is not None and self.state.captures is not None:
@@ -296,6 +340,7 @@ class Exchange:
             "dialect": str(verdict.dialect),
             "content_encoding": self.response_headers.get("Content-Encoding"),
             "end": str(self.end) if self.end else None,
+            "http_complete": self.http_complete,
             "verdict": verdict.to_dict(),
             "record": fields,
         }
@@ -354,26 +399,51 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     exchange.model, _ = request_facts(body, request.path)
     exchange.request_body = body
+    try:
+        exchange.inject_rules = injection_rules(request, route, settings)
+    except InjectionError as exc:
+        exchange.status = 403 if "disabled" in str(exc) else 400
+        exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("injection", str(exc)))
+        return json_error(exchange.status, "sseproxy_injection", str(exc))
     url = route.target(request.path, request.query_string)
-    headers = forwardable(request.headers, drop=frozenset({"host", "content-length"}))
+    headers = forwardable(
+        request.headers, drop=frozenset({"host", "content-length", INJECT_HEADER})
+    )
     assert state.session is not None
     try:
-        upstream = await state.session.request(
-            request.method,
-            url,
-            headers=headers,
-            data=body if body else None,
-            allow_redirects=False,
-        )
+        async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
+            upstream = await state.session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body if body else None,
+                allow_redirects=False,
+            )
     except BaseException as exc:
         return unreachable(exchange, exc)
+    watch = IdleWatch(settings.idle_timeout, upstream.close)
+    exchange.watch = watch
     try:
         return await relay(exchange, upstream)
     finally:
+        watch.stop()
         if upstream.content.at_eof():
             upstream.release()  # keep the upstream connection for the next request
         else:
             upstream.close()  # stop generation (and billing) now
+
+
+def injection_rules(request: web.Request, route: Route, settings: Settings) -> tuple[Rule, ...]:
+    """Rules from the route's config, plus the request header when the config allows it."""
+    rules = parse_rules(route.inject) if route.inject else ()
+    header = request.headers.get(INJECT_HEADER)
+    if header is not None:
+        if not settings.allow_inject:
+            raise InjectionError(
+                f"{INJECT_HEADER} is disabled: start the proxy with --allow-inject"
+            )
+        rules += parse_rules(header)
+    return rules
 
 
 def unreachable(exchange: Exchange, exc: BaseException) -> web.StreamResponse:
@@ -407,46 +477,105 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
     exchange.status = upstream.status
     tap = exchange.start_tap(upstream)
     headers = forwardable(upstream.headers)
+    if exchange.inject_rules:
+        headers.popall("Content-Length", None)  # the drill changes the body's length
     headers["x-sseproxy-request-id"] = exchange.request_id
     if exchange.stream:
         headers["X-Accel-Buffering"] = "no"
         headers["Cache-Control"] = "no-cache"
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     capture = exchange.capture
-    writing = False
+    watch = exchange.watch
+    assert watch is not None
+    exchange.writing = True
     try:
-        writing = True
         await response.prepare(request)
-        writing = False
-        async for chunk in upstream.content.iter_any():
-            writing = True
-            try:
-                await response.write(chunk)
-            finally:
-                # Counted even when the write failed: those bytes did arrive from upstream.
-                now = time.monotonic()
-                exchange.timings.chunk(now, tap.feed(chunk))
-                if capture is not None:
-                    capture.chunk(chunk, now)
-            writing = False
+        exchange.writing = False
+        if exchange.inject_rules:
+            end, clean = await relay_injected(exchange, upstream, response)
+        else:
+            async for chunk in upstream.content.iter_any():
+                exchange.writing = True
+                try:
+                    await response.write(chunk)
+                finally:
+                    # Counted even when the write failed: those bytes did arrive from upstream.
+                    now = watch.last = time.monotonic()
+                    exchange.timings.chunk(now, tap.feed(chunk))
+                    if capture is not None:
+                        capture.chunk(chunk, now)
+                exchange.writing = False
+            # The upstream body ended by its own HTTP framing: end ours the same way. The
+            # verdict may still say `interrupted` (no terminal event): that is what the record
+            # is for. (Unless the idle watch closed it: then the end is not the upstream's.)
+            end, clean = EndReason.UPSTREAM_CLOSED, True
+        if watch.expired:
+            end, clean = EndReason.IDLE_TIMEOUT, False
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError):
             end = _cancel_reason(exchange)
-        elif writing:
+        elif watch.expired:
+            end = EndReason.IDLE_TIMEOUT
+        elif exchange.writing:
             end = EndReason.CLIENT_DISCONNECTED
         else:
             end = end_reason_for(exc, after_headers=True)
-        exchange.finish(end)
+        exchange.finish(end, http_complete=False)
         _break_downstream(request)
         if isinstance(exc, asyncio.CancelledError):
             raise
         return response
-    # The upstream body ended by its own HTTP framing: end ours the same way. The verdict may
-    # still say `interrupted` (no terminal event), which is what the record is for.
-    exchange.finish(EndReason.UPSTREAM_CLOSED)
+    exchange.finish(end, http_complete=clean)
+    if not clean:
+        _break_downstream(request)
+        return response
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()  # a client that left after the last byte changes nothing
     return response
+
+
+async def relay_injected(
+    exchange: Exchange, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+) -> tuple[EndReason, bool]:
+    """The drill path: upstream bytes go through the Injector; the tap sees what was written.
+
+    Returns how the stream ended and whether the HTTP body may be ended cleanly.
+    """
+    tap, capture = exchange.tap, exchange.capture
+    assert tap is not None
+    ctype = (upstream.headers.get("Content-Type") or "").lower()
+    injector = Injector(exchange.inject_rules, tap.dialect, ndjson="ndjson" in ctype)
+
+    async def perform(steps: list[InjectStep]) -> tuple[EndReason, bool] | None:
+        for step in steps:
+            if isinstance(step, InjectWrite):
+                exchange.writing = True
+                try:
+                    await response.write(step.data)
+                finally:
+                    exchange.timings.chunk(time.monotonic(), tap.feed(step.data))
+                exchange.writing = False
+            elif isinstance(step, InjectPause):
+                await asyncio.sleep(step.milliseconds / 1000)
+            elif isinstance(step, InjectClose):
+                return EndReason.UPSTREAM_CLOSED, False
+            else:  # a stall: the client sees silence until the idle timeout
+                upstream.close()
+                await asyncio.sleep(exchange.settings.idle_timeout)
+                return EndReason.IDLE_TIMEOUT, False
+        return None
+
+    async for chunk in upstream.content.iter_any():
+        if exchange.watch is not None:
+            exchange.watch.last = time.monotonic()
+        if capture is not None:
+            capture.chunk(chunk, time.monotonic())
+        result = await perform(injector.feed(chunk))
+        if result is not None:
+            return result
+        if injector.done:
+            return EndReason.UPSTREAM_CLOSED, True
+    return await perform(injector.finish()) or (EndReason.UPSTREAM_CLOSED, True)
 
 
 def _break_downstream(request: web.Request) -> None:
@@ -539,9 +668,9 @@ def create_app(settings: Settings) -> web.Application:
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=settings.connect_timeout, sock_read=settings.idle_timeout
-    )
+    # No sock_read: aiohttp would cancel and re-arm a timer on every chunk received. The idle
+    # timeout is an IdleWatch per request instead, re-armed once per idle period.
+    timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout)
     connector = aiohttp.TCPConnector(limit=0)  # our own limit is max_concurrent_streams
     session = aiohttp.ClientSession(
         timeout=timeout,

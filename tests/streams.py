@@ -15,7 +15,7 @@ def sse(*events: Any, event: str | None = None) -> bytes:
         name = event
         if isinstance(item, tuple):
             name, item = item
-        data = item if isinstance(item, str) else json.dumps(item)
+        data = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
         out.append((f"event: {name}\n" if name else "") + f"data: {data}\n\n")
     return "".join(out).encode()
 

@@ -1,0 +1,185 @@
+"""Drills through the live proxy and through `sseproxy mock`: faults chosen per request, the
+record marked `injected`, the verdict computed on what the client received."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from sseproxy.demo import run as run_demo
+from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings
+from tests.integration.fake_upstream import Script, Send
+from tests.streams import sse
+
+PATH = "/v1/chat/completions"
+
+
+def chat(content=None, finish=None):
+    delta = {"content": content} if content is not None else {}
+    return {
+        "id": "c",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+STREAM = sse(chat("Grüß"), chat(" Gott"), chat(" 世界"), chat(finish="stop"), "[DONE]")
+
+
+async def records(logs, n=1):
+    for _ in range(300):
+        if len(logs.records()) >= n:
+            break
+        await asyncio.sleep(0.01)
+    return logs.records()
+
+
+async def read_chunks(resp) -> tuple[list[bytes], BaseException | None]:
+    chunks = []
+    try:
+        async for chunk in resp.content.iter_any():
+            chunks.append(chunk)
+    except aiohttp.ClientPayloadError as exc:
+        return chunks, exc
+    return chunks, None
+
+
+async def test_rechunk_reaches_the_client_one_byte_at_a_time(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "rechunk=1,delay=1"})
+    chunks, error = await read_chunks(resp)
+    assert error is None and b"".join(chunks) == STREAM
+    assert max(len(c) for c in chunks) <= 4  # the client's reads follow the 1-byte writes
+    [record] = await records(logs)
+    assert (record["state"], record["injected"]) == ("completed", ["rechunk=1", "delay=1"])
+    assert "x-sseproxy-inject" not in {k.lower() for k in fake.seen[0].headers}
+
+
+async def test_cut_after_breaks_the_client_and_says_so(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "cut-after=2"})
+    chunks, error = await read_chunks(resp)
+    assert error is not None
+    assert b"".join(chunks) == b"".join(e + b"\n\n" for e in STREAM.split(b"\n\n")[:2])
+    [record] = await records(logs)
+    assert (record["state"], record["injected"]) == ("interrupted", ["cut-after=2"])
+    assert record["interruption"]["reason"] == "upstream_closed"
+    assert record["bytes"] == len(b"".join(chunks))  # the verdict is on what the client got
+
+
+async def test_done_after_cut_and_inject_error(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True)
+    for rule, state in (("done-after-cut=1", "unconfirmed"), ("inject-error=2", "failed")):
+        resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": rule})
+        _, error = await read_chunks(resp)
+        assert error is None  # both end the HTTP body cleanly: only the record tells
+        assert (await records(logs, 1))[-1]["state"] == state
+        logs.stream.truncate(0)
+        logs.stream.seek(0)
+
+
+async def test_injection_needs_the_config(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "cut-after=1"})
+    assert resp.status == 403
+    assert "--allow-inject" in (await resp.json())["error"]["message"]
+    assert fake.seen == []
+    client = await make_proxy(allow_inject=True)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "explode"})
+    assert resp.status == 400
+
+
+async def test_config_rules_apply_without_a_header(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(inject="drop-terminal")
+    body = await (await client.post(PATH, json={})).read()
+    assert b"[DONE]" not in body
+    [record] = await records(logs)
+    assert record["injected"] == ["drop-terminal"]
+    assert "missing_done" in record["anomalies"]
+
+
+async def test_mock_serves_captures_with_their_chunking(
+    upstream, make_proxy, logs, tmp_path: Path, aiohttp_client
+) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM[:40]), Send(STREAM[40:])]))
+    client = await make_proxy(capture_dir=str(tmp_path))
+    await (await client.post(PATH, json={})).read()
+    for _ in range(100):
+        if list(tmp_path.glob("*.json")):
+            break
+        await asyncio.sleep(0.02)
+    (tmp_path / "plain.sse").write_bytes(sse(chat("x"), chat(finish="stop"), "[DONE]"))
+    mock = MockServer(load_recordings([tmp_path]), speed=0, allow_inject=True)
+    names = [r.name for r in mock.recordings]
+    mock_client = await aiohttp_client(mock.app())
+    captured = next(n for n in names if n != "plain")
+    resp = await mock_client.post(PATH, headers={MOCK_HEADER: captured})
+    assert await resp.read() == STREAM
+    resp = await mock_client.post(
+        PATH, headers={MOCK_HEADER: "plain", "x-sseproxy-inject": "cut-after=1"}
+    )
+    chunks, error = await read_chunks(resp)
+    assert error is not None and b"".join(chunks).count(b"data:") == 1
+    unknown = await mock_client.post(PATH, headers={MOCK_HEADER: "nope"})
+    assert unknown.status == 404 and set(names) <= set((await unknown.json())["error"]["streams"])
+    seen = {await (await mock_client.post(PATH)).read() for _ in range(2)}
+    assert len(seen) == 2  # round-robin over the streams of the dialect
+
+
+async def test_demo_prints_every_state() -> None:
+    out = io.StringIO()
+    assert await run_demo("json", out) == 0
+    import json
+
+    states = [
+        json.loads(line)["state"] for line in out.getvalue().splitlines() if line.startswith("{")
+    ]
+    assert sorted(states) == ["completed", "failed", "interrupted", "unconfirmed"]
+
+
+@pytest.mark.e2e
+async def test_openai_sdk_through_drills(upstream, make_proxy, logs) -> None:
+    openai = pytest.importorskip("openai")
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True)
+    base = str(client.make_url("/v1"))
+
+    async def text_with(rule: str | None):
+        headers = {"x-sseproxy-inject": rule} if rule else {}
+        sdk = openai.AsyncOpenAI(base_url=base, api_key="k", max_retries=0, default_headers=headers)
+        stream = await sdk.chat.completions.create(model="m", messages=[], stream=True)
+        text, finish = "", None
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+        await sdk.close()
+        return text, finish
+
+    plain = await text_with(None)
+    assert plain == ("Grüß Gott 世界", "stop")
+    assert await text_with("rechunk=1") == plain
+    assert await text_with("split-utf8") == plain
+    try:
+        cut = await text_with("cut-after=2")
+    except openai.APIError:
+        cut = None
+    assert cut is None or cut[1] is None  # raised, or ended short with no finish reason
+    last = (await records(logs, 4))[-1]
+    assert (last["state"], last["injected"]) == ("interrupted", ["cut-after=2"])
