@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
+import json
 import pstats
 import subprocess
 import sys
+import time
 
 from aiohttp import web
 
@@ -20,9 +23,18 @@ from sseproxy.config import load
 from sseproxy.proxy import create_app
 
 
-async def serve_and_load(args: argparse.Namespace, upstream: str) -> None:
+async def serve_and_load(args: argparse.Namespace, upstream: str) -> int:
     log.configure("json", "info", io.StringIO(), cache=False)
-    runner = web.AppRunner(create_app(load(None, {}, {"upstream": upstream})), access_log=None)
+    if args.naive:
+        from bench import naive_proxy
+
+        app = web.Application()
+        app["upstream"] = upstream
+        app.router.add_route("*", "/{tail:.*}", naive_proxy.handle)
+        app.cleanup_ctx.append(naive_proxy.session_ctx)
+    else:
+        app = create_app(load(None, {}, {"upstream": upstream}))
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=not args.naive)
     await runner.setup()
     port = 0
     site = web.TCPSite(runner, "127.0.0.1", port)
@@ -48,6 +60,8 @@ async def serve_and_load(args: argparse.Namespace, upstream: str) -> None:
     out, _ = await load_proc.communicate()
     print(out.decode())
     await runner.cleanup()
+    events: int = json.loads(out)["events"]
+    return events
 
 
 def main() -> None:
@@ -57,19 +71,57 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=50)
     parser.add_argument("--per-write", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-profile", action="store_true", help="only the CPU per event")
+    parser.add_argument("--naive", action="store_true", help="the naive pass-through instead")
+    parser.add_argument(
+        "--without",
+        choices=("tap", "timings", "log"),
+        action="append",
+        default=[],
+        help="stub a part out, to see what it costs",
+    )
+    parser.add_argument("--gc-threshold", type=int, help="gc.set_threshold(N) first")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args()
+    stub(args.without)
+    if args.gc_threshold:
+        gc.set_threshold(args.gc_threshold)
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "bench.upstream", str(up_port)])
     try:
         wait_port(up_port)
         profiler = cProfile.Profile()
-        profiler.enable()
-        asyncio.run(serve_and_load(args, f"http://127.0.0.1:{up_port}"))
+        cpu = time.process_time()
+        if not args.no_profile:
+            profiler.enable()
+        coro = serve_and_load(args, f"http://127.0.0.1:{up_port}")
+        if args.uvloop:
+            import uvloop
+
+            events = uvloop.run(coro)
+        else:
+            events = asyncio.run(coro)
         profiler.disable()
+        cpu = time.process_time() - cpu
     finally:
         upstream.terminate()
         upstream.wait(30)
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+    print(f"proxy CPU: {cpu:.2f} s, {cpu / max(events, 1) * 1e6:.1f} µs per event")
+    if not args.no_profile:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
+def stub(parts: list[str]) -> None:
+    """Replace parts of the per-chunk path by no-ops (for measurement only)."""
+    from sseproxy import proxy
+    from sseproxy.core import tap
+
+    if "tap" in parts:
+        tap.StreamTap.feed = lambda self, chunk: 0  # type: ignore[method-assign]
+    if "timings" in parts:
+        proxy.Timings.chunk = lambda self, now, deltas: None  # type: ignore[method-assign]
+    if "log" in parts:
+        proxy.Exchange.log = lambda self, verdict: None  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

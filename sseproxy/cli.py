@@ -31,6 +31,7 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--max-event-bytes", type=int, metavar="N")
     p.add_argument("--max-concurrent-streams", type=int, metavar="N")
     p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
+    p.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"))
     p.add_argument(
         "--allow-inject",
         action="store_true",
@@ -190,6 +191,7 @@ def _serve(args: argparse.Namespace) -> int:
             "max_event_bytes",
             "max_concurrent_streams",
             "shutdown_grace",
+            "event_loop",
             "allow_remote",
             "capture_dir",
             "capture_max_bytes",

@@ -102,6 +102,7 @@ class Settings:
     metrics_models: str = ""
     allow_inject: bool = False
     inject: str = ""
+    event_loop: str = "auto"
     routes: tuple[Route, ...] = ()
 
     @property
@@ -244,6 +245,8 @@ def _validate(settings: Settings, problems: list[str]) -> None:
         problems.append(f"upstream: {settings.upstream!r} is not an http(s) URL")
     if settings.log_format not in LOG_FORMATS:
         problems.append(f"log_format: {settings.log_format!r} is not one of {LOG_FORMATS}")
+    if settings.event_loop not in ("auto", "asyncio", "uvloop"):
+        problems.append(f"event_loop: {settings.event_loop!r} is not auto, asyncio or uvloop")
     if settings.log_level not in LOG_LEVELS:
         problems.append(f"log_level: {settings.log_level!r} is not one of {LOG_LEVELS}")
     try:

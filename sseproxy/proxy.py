@@ -105,18 +105,25 @@ class Timings:
     max_content_gap: float = 0.0
 
     def chunk(self, now: float, content_deltas: int) -> None:
-        if self.last_chunk is not None:
-            self.max_gap = max(self.max_gap, now - self.last_chunk)
-        elif self.headers is not None:
-            self.max_gap = max(self.max_gap, now - self.headers)
+        """One upstream chunk arrived (`content_deltas` content deltas in it)."""
+        last = self.last_chunk or self.headers or self.start
+        self.max_gap = max(self.max_gap, now - last)
         self.last_chunk = now
         if content_deltas:
-            if self.first_content is None:
-                self.first_content = now
-            else:
-                assert self.last_content is not None
-                self.max_content_gap = max(self.max_content_gap, now - self.last_content)
-            self.last_content = now
+            self.content(now)
+
+    def content(self, now: float) -> None:
+        if self.first_content is None:
+            self.first_content = now
+        elif self.last_content is not None:
+            self.max_content_gap = max(self.max_content_gap, now - self.last_content)
+        self.last_content = now
+
+    def settle(self, last_chunk: float, max_gap: float) -> None:
+        """Store what the hot loop kept in locals."""
+        if last_chunk > (self.headers or self.start):
+            self.last_chunk = last_chunk
+        self.max_gap = max(self.max_gap, max_gap)
 
     def fields(self, end: float) -> dict[str, float | None]:
         def ms(t: float | None) -> float | None:
@@ -494,17 +501,28 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
         if exchange.inject_rules:
             end, clean = await relay_injected(exchange, upstream, response)
         else:
-            async for chunk in upstream.content.iter_any():
-                exchange.writing = True
-                try:
-                    await response.write(chunk)
-                finally:
-                    # Counted even when the write failed: those bytes did arrive from upstream.
-                    now = watch.last = time.monotonic()
-                    exchange.timings.chunk(now, tap.feed(chunk))
-                    if capture is not None:
-                        capture.chunk(chunk, now)
-                exchange.writing = False
+            # The hot loop: one upstream chunk, written at once, then accounted for. Timings
+            # are kept in locals and stored back after the loop (see Timings.settle).
+            timings = exchange.timings
+            last, max_gap = timings.headers or timings.start, 0.0
+            try:
+                async for chunk in upstream.content.iter_any():
+                    exchange.writing = True
+                    try:
+                        await response.write(chunk)
+                    finally:
+                        # Counted even when the write failed: these bytes did arrive.
+                        now = watch.last = time.monotonic()
+                        if now - last > max_gap:
+                            max_gap = now - last
+                        last = now
+                        if tap.feed(chunk):
+                            timings.content(now)
+                        if capture is not None:
+                            capture.chunk(chunk, now)
+                    exchange.writing = False
+            finally:
+                timings.settle(last, max_gap)
             # The upstream body ended by its own HTTP framing: end ours the same way. The
             # verdict may still say `interrupted` (no terminal event): that is what the record
             # is for. (Unless the idle watch closed it: then the end is not the upstream's.)

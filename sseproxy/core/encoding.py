@@ -48,6 +48,10 @@ class BodyDecoder:
         elif self.encoding != "identity":
             raise ContentDecodingError(f"unsupported content-encoding {self.encoding!r}")
 
+    @property
+    def identity(self) -> bool:
+        return self._zlib is None and self._brotli is None and not self._deflate_probe
+
     def decode(self, data: bytes) -> Iterator[bytes]:
         if self._zlib is None and self._brotli is None:
             yield data

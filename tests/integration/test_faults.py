@@ -91,14 +91,14 @@ FAULTS = [
         "keepalives_outlive_idle_timeout",
         RawScript(
             [
-                *[s for _ in range(5) for s in (Pause(0.15), Body(b": keep-alive\n\n"))],
+                *[s for _ in range(5) for s in (Pause(0.2), Body(b": keep-alive\n\n"))],
                 Body(HELLO),
                 Body(END),
             ]
         ),
         "completed",
         client_error=False,
-        settings={"idle_timeout": 0.4},
+        settings={"idle_timeout": 0.8},  # < the 1 s of keep-alives only, > each gap
         record={"comments": 5},
     ),
     Fault(
