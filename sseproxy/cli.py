@@ -39,6 +39,12 @@ def _serve_parser(sub: Any) -> None:
         help="let requests choose drill faults with the x-sseproxy-inject header",
     )
     p.add_argument("--inject", metavar="RULES", help="drill faults for every request")
+    p.add_argument(
+        "--keep-content",
+        action="store_true",
+        default=None,
+        help="show assembled text in the inspector page",
+    )
     p.add_argument("--capture", dest="capture_dir", metavar="DIR", help="capture bodies here")
     p.add_argument("--capture-max-bytes", type=int, metavar="N")
     p.add_argument("--capture-max-total-bytes", type=int, metavar="N")
@@ -199,6 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
             "capture_request_bodies",
             "allow_inject",
             "inject",
+            "keep_content",
         )
     }
     try:

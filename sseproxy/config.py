@@ -103,6 +103,7 @@ class Settings:
     allow_inject: bool = False
     inject: str = ""
     event_loop: str = "auto"
+    keep_content: bool = False
     routes: tuple[Route, ...] = ()
 
     @property

@@ -45,6 +45,7 @@ from .core.inject import InjectionError, Injector, Rule, parse_rules
 from .core.inject import Pause as InjectPause
 from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
+from .inspector import TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 
@@ -85,6 +86,7 @@ MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 @dataclass
 class ProxyState:
     metrics: Metrics
+    inspector: Inspector
     captures: CaptureStore | None = None
     started: float = field(default_factory=time.monotonic)
     active: int = 0
@@ -247,6 +249,7 @@ class Exchange:
         self.writing = False
         self.inject_rules: tuple[Rule, ...] = ()
         self.watch: IdleWatch | None = None
+        self.view: StreamView | None = None
         self.request_id = uuid.uuid4().hex
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
@@ -278,6 +281,19 @@ class Exchange:
                 self.upstream_request_id = upstream.headers[name]
                 break
         self.response_headers = redact_headers(upstream.headers)
+        request = self.request
+        self.view = StreamView(
+            self.request_id,
+            request.method,
+            request.path,
+            time.time(),
+            self.timings.start,
+            model=self.model,
+            dialect=str(dialect) if dialect else None,
+            status=self.status,
+            tap=self.tap,
+        )
+        self.state.inspector.started(self.view)
         if self.state.captures is not None:
             self.capture = self.state.captures.new(self.request_id, self.timings.start)
         return self.tap
@@ -331,6 +347,9 @@ class Exchange:
             fields["injected"] = [str(rule) for rule in self.inject_rules]
         log.log(level_for(verdict.state), "request.finished", **fields)
         self.state.metrics.observe(verdict, self.status, fields)
+        inspector = self.state.inspector
+        text = self.tap.primary_text() if inspector.keep_content and self.tap else None
+        inspector.finished(self.request_id, fields, text)
         if self.capture is not None and self.state.captures is not None:
             self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
 
@@ -505,6 +524,8 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
             # are kept in locals and stored back after the loop (see Timings.settle).
             timings = exchange.timings
             last, max_gap = timings.headers or timings.start, 0.0
+            assert exchange.view is not None
+            timeline = exchange.view.timeline
             try:
                 async for chunk in upstream.content.iter_any():
                     exchange.writing = True
@@ -516,8 +537,11 @@ async def relay(exchange: Exchange, upstream: aiohttp.ClientResponse) -> web.Str
                         if now - last > max_gap:
                             max_gap = now - last
                         last = now
-                        if tap.feed(chunk):
+                        deltas = tap.feed(chunk)
+                        if deltas:
                             timings.content(now)
+                        if len(timeline) < TIMELINE_POINTS:
+                            timeline.append((now, len(chunk), deltas))
                         if capture is not None:
                             capture.chunk(chunk, now)
                     exchange.writing = False
@@ -627,7 +651,10 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         settings = request.app[SETTINGS]
         if not is_loopback(settings.host):
             token = settings.admin_token
-            if not token or request.headers.get("Authorization") != f"Bearer {token}":
+            given = request.headers.get("Authorization") == f"Bearer {token}" or (
+                request.query.get("token") == token  # EventSource cannot send headers
+            )
+            if not token or not given:
                 return json_error(403, "sseproxy_forbidden", "admin token required")
     return await handler(request)
 
@@ -673,9 +700,15 @@ def create_app(settings: Settings) -> web.Application:
                 settings.capture_request_bodies,
             )
         )
-    app[STATE] = ProxyState(Metrics(models), captures)
+    inspector = Inspector(settings.keep_content)
+    app[STATE] = ProxyState(Metrics(models), inspector, captures)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
+    app.router.add_get(OWN_PREFIX, inspector.page)
+    app.router.add_get(OWN_PREFIX + "events", inspector.feed)
+    app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
+    app.on_startup.append(inspector.start)
+    app.on_shutdown.append(inspector.stop)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
     app.router.add_route("*", "/{tail:.*}", proxy_handler)
     app.cleanup_ctx.append(_client_session)

@@ -1,1 +1,1 @@
-from tests.integration.conftest import logs, upstream  # noqa: F401  (shared fixtures)
+from tests.integration.conftest import logs, make_proxy, upstream  # noqa: F401  (shared fixtures)

@@ -1,0 +1,196 @@
+"""The live inspector: active and recent streams for a person looking at a browser.
+
+A bounded ring of stream views, fed by the proxy at a stream's start, on a timer while it
+runs, and at its end; an SSE endpoint pushes every change to the page; the page is one
+self-contained file (no CDN, no build step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+# Recent streams kept for the page; older ones drop out of the ring.
+RING_SIZE = 200
+# Timeline points kept per stream (arrival time, bytes, content?); enough to draw any stream,
+# bounded for very long ones.
+TIMELINE_POINTS = 4000
+# Assembled text shown per stream with --keep-content.
+CONTENT_CHARS = 64 * 1024
+# A slow page must not hold the proxy's memory: its queue drops updates past this.
+SUBSCRIBER_QUEUE = 1000
+PROGRESS_SECONDS = 0.5
+
+
+@dataclass
+class StreamView:
+    request_id: str
+    method: str
+    path: str
+    started_at: float
+    start: float
+    model: str | None = None
+    dialect: str | None = None
+    status: int | None = None
+    state: str = "streaming"
+    finish_reason: Any = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    bytes: int = 0
+    anomalies: dict[str, int] = field(default_factory=dict)
+    interruption: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    injected: list[str] | None = None
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    text: str | None = None
+    tap: Any = None  # while streaming: the tap, for live byte counts
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "method": self.method,
+            "path": self.path,
+            "started_at": self.started_at,
+            "model": self.model,
+            "dialect": self.dialect,
+            "status": self.status,
+            "state": self.state,
+            "finish_reason": self.finish_reason,
+            "ttft_ms": self.ttft_ms,
+            "duration_ms": self.duration_ms
+            if self.duration_ms is not None
+            else round((time.monotonic() - self.start) * 1000, 1),
+            "bytes": self.tap.bytes if self.tap is not None else self.bytes,
+            "anomalies": self.anomalies,
+            "interruption": self.interruption,
+            "error": self.error,
+            "injected": self.injected,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        return {
+            **self.row(),
+            "timeline": [
+                {"t_ms": round((t - self.start) * 1000, 3), "bytes": size, "content": content}
+                for t, size, content in self.timeline
+            ],
+            "text": self.text,
+        }
+
+
+class Inspector:
+    def __init__(self, keep_content: bool = False) -> None:
+        self.keep_content = keep_content
+        self.streams: OrderedDict[str, StreamView] = OrderedDict()
+        self.active: dict[str, StreamView] = {}
+        self.subscribers: set[asyncio.Queue[bytes]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    # -- fed by the proxy -------------------------------------------------------------------
+
+    def started(self, view: StreamView) -> None:
+        self.streams[view.request_id] = view
+        self.active[view.request_id] = view
+        while len(self.streams) > RING_SIZE:
+            self.streams.popitem(last=False)
+        self.publish(view)
+
+    def finished(self, request_id: str, record: dict[str, Any], text: str | None) -> None:
+        view = self.active.pop(request_id, None) or self.streams.get(request_id)
+        if view is None:  # ended before any response (404, 413, 502, ...)
+            view = StreamView(request_id, record["method"], record["path"], time.time(), 0.0)
+            self.streams[request_id] = view
+            while len(self.streams) > RING_SIZE:
+                self.streams.popitem(last=False)
+        view.tap = None
+        for key in (
+            "state",
+            "dialect",
+            "status",
+            "finish_reason",
+            "ttft_ms",
+            "duration_ms",
+            "bytes",
+            "anomalies",
+            "interruption",
+            "error",
+            "injected",
+        ):
+            if key in record:
+                setattr(view, key, record[key])
+        view.model = record.get("model") or record.get("response_model")
+        if self.keep_content and text is not None:
+            view.text = text[:CONTENT_CHARS]
+        self.publish(view)
+
+    # -- the page's feed --------------------------------------------------------------------
+
+    def publish(self, view: StreamView) -> None:
+        message = b"data: " + orjson.dumps(view.row()) + b"\n\n"
+        for queue in list(self.subscribers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(message)
+
+    async def tick(self) -> None:
+        """Progress of running streams (bytes, duration), twice a second."""
+        while True:
+            await asyncio.sleep(PROGRESS_SECONDS)
+            for view in list(self.active.values()):
+                self.publish(view)
+
+    async def start(self, app: web.Application) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self.tick())
+
+    async def stop(self, app: web.Application) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for queue in list(self.subscribers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(b"")  # wakes the feed so that it ends
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    async def page(self, request: web.Request) -> web.Response:
+        html = resources.files("sseproxy").joinpath("data/inspector.html").read_bytes()
+        return web.Response(body=html, content_type="text/html", charset="utf-8")
+
+    async def feed(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        queue: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        for view in self.streams.values():
+            queue.put_nowait(b"data: " + orjson.dumps(view.row()) + b"\n\n")
+        self.subscribers.add(queue)
+        try:
+            while True:
+                message = await queue.get()
+                if not message:
+                    break
+                await response.write(message)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.subscribers.discard(queue)
+        return response
+
+    async def stream(self, request: web.Request) -> web.Response:
+        view = self.streams.get(request.match_info["request_id"])
+        if view is None:
+            return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
+        return web.Response(body=orjson.dumps(view.detail()), content_type="application/json")
