@@ -39,6 +39,7 @@ def _serve_parser(sub: Any) -> None:
         help="let requests choose drill faults with the x-sseproxy-inject header",
     )
     p.add_argument("--inject", metavar="RULES", help="drill faults for every request")
+    p.add_argument("--otel-endpoint", metavar="URL", help="OTLP/HTTP traces endpoint")
     p.add_argument(
         "--keep-content",
         action="store_true",
@@ -206,6 +207,7 @@ def _serve(args: argparse.Namespace) -> int:
             "allow_inject",
             "inject",
             "keep_content",
+            "otel_endpoint",
         )
     }
     try:

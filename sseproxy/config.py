@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from collections.abc import Mapping
@@ -104,6 +105,8 @@ class Settings:
     inject: str = ""
     event_loop: str = "auto"
     keep_content: bool = False
+    otel_endpoint: str = ""
+    otel_service_name: str = "sseproxy"
     routes: tuple[Route, ...] = ()
 
     @property
@@ -246,6 +249,14 @@ def _validate(settings: Settings, problems: list[str]) -> None:
         problems.append(f"upstream: {settings.upstream!r} is not an http(s) URL")
     if settings.log_format not in LOG_FORMATS:
         problems.append(f"log_format: {settings.log_format!r} is not one of {LOG_FORMATS}")
+    if settings.otel_endpoint:
+        if not _is_http_url(settings.otel_endpoint):
+            problems.append(f"otel_endpoint: {settings.otel_endpoint!r} is not an http(s) URL")
+        elif importlib.util.find_spec("opentelemetry") is None:
+            problems.append(
+                "otel_endpoint is set but OpenTelemetry is not installed: "
+                "pip install 'sseproxy[otel]'"
+            )
     if settings.event_loop not in ("auto", "asyncio", "uvloop"):
         problems.append(f"event_loop: {settings.event_loop!r} is not auto, asyncio or uvloop")
     if settings.log_level not in LOG_LEVELS:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -48,6 +48,11 @@ from .core.inject import Write as InjectWrite
 from .inspector import TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from .tracing import Tracing
 
 log = structlog.get_logger("sseproxy")
 
@@ -88,6 +93,7 @@ class ProxyState:
     metrics: Metrics
     inspector: Inspector
     captures: CaptureStore | None = None
+    tracing: Tracing | None = None
     started: float = field(default_factory=time.monotonic)
     active: int = 0
     shutting_down: bool = False
@@ -250,6 +256,7 @@ class Exchange:
         self.inject_rules: tuple[Rule, ...] = ()
         self.watch: IdleWatch | None = None
         self.view: StreamView | None = None
+        self.span: Span | None = None
         self.request_id = uuid.uuid4().hex
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
@@ -350,6 +357,8 @@ class Exchange:
         inspector = self.state.inspector
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
         inspector.finished(self.request_id, fields, text)
+        if self.span is not None and self.state.tracing is not None:
+            self.state.tracing.end(self.span, verdict, fields)
         if self.capture is not None and self.state.captures is not None:
             self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
 
@@ -436,6 +445,8 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         request.headers, drop=frozenset({"host", "content-length", INJECT_HEADER})
     )
     assert state.session is not None
+    if state.tracing is not None:
+        exchange.span = state.tracing.start(request.headers, headers, request.method, request.path)
     try:
         async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
             upstream = await state.session.request(
@@ -686,7 +697,8 @@ async def own_not_found(request: web.Request) -> web.Response:
     return json_error(404, "sseproxy_not_found", f"{request.path} is not a sseproxy endpoint")
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
+    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it)."""
     app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
     app[SETTINGS] = settings
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
@@ -701,7 +713,11 @@ def create_app(settings: Settings) -> web.Application:
             )
         )
     inspector = Inspector(settings.keep_content)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures)
+    if tracing is None and settings.otel_endpoint:
+        from .tracing import Tracing
+
+        tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
+    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
@@ -744,3 +760,6 @@ async def _drain_captures(app: web.Application) -> None:
     captures = app[STATE].captures
     if captures is not None:
         await captures.drain()
+    tracing = app[STATE].tracing
+    if tracing is not None:
+        await asyncio.to_thread(tracing.shutdown)  # flushes the last spans
