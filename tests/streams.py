@@ -20,6 +20,21 @@ def sse(*events: Any, event: str | None = None) -> bytes:
     return "".join(out).encode()
 
 
+def chat_chunk(
+    content: str | None = None,
+    finish: str | None = None,
+    response_id: str = "c1",
+    model: str = "m",
+) -> dict[str, Any]:
+    """One Chat Completions chunk for choice 0."""
+    delta = {"content": content} if content is not None else {}
+    return {
+        "id": response_id,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
 def ndjson(*objects: Any) -> bytes:
     return b"".join(json.dumps(o).encode() + b"\n" for o in objects)
 

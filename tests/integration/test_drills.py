@@ -13,18 +13,10 @@ import pytest
 from sseproxy.demo import run as run_demo
 from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings
 from tests.integration.fake_upstream import Script, Send
+from tests.streams import chat_chunk as chat
 from tests.streams import sse
 
 PATH = "/v1/chat/completions"
-
-
-def chat(content=None, finish=None):
-    delta = {"content": content} if content is not None else {}
-    return {
-        "id": "c",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 STREAM = sse(chat("Grüß"), chat(" Gott"), chat(" 世界"), chat(finish="stop"), "[DONE]")

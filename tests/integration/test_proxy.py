@@ -12,18 +12,9 @@ import aiohttp
 import pytest
 
 from tests.integration.fake_upstream import Close, Reset, Script, Send, Sleep, WaitFor
-from tests.streams import sse
+from tests.streams import chat_chunk, sse
 
 CHAT_PATH = "/v1/chat/completions"
-
-
-def chat_chunk(content: str | None = None, finish: str | None = None) -> dict:
-    delta = {"content": content} if content is not None else {}
-    return {
-        "id": "c1",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 COMPLETE = sse(chat_chunk("Hello, "), chat_chunk("世界"), chat_chunk(finish="stop"), "[DONE]")

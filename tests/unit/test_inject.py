@@ -16,17 +16,8 @@ from sseproxy.core.inject import (
     Write,
     parse_rules,
 )
+from tests.streams import chat_chunk as chat
 from tests.streams import ndjson, sse
-
-
-def chat(content=None, finish=None):
-    delta = {"content": content} if content is not None else {}
-    return {
-        "id": "c",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-
 
 CHAT = sse(chat("日本"), chat("語で"), chat("す"), chat(finish="stop"), "[DONE]")
 CHAT_EVENTS = [e + b"\n\n" for e in CHAT.split(b"\n\n")[:-1]]
