@@ -284,6 +284,9 @@ class StreamTap:
                 self.anomalies["invalid_utf8"] += self._sse.invalid_utf8
             if self._sse.oversized:
                 self.anomalies["oversized_event"] += self._sse.oversized
+            if self._sse.unknown_fields:
+                # Lines that are not SSE fields: e.g. a raw JSON error body inside the stream.
+                self.anomalies["unknown_sse_field"] += self._sse.unknown_fields
             if self._blind is None and self.assembler is None:
                 self._adopt(Dialect.SSE)
             return partial

@@ -22,16 +22,6 @@ STOP_REASONS = {
     "pause_turn": (State.INCOMPLETE, FinishCategory.PAUSE),
 }
 SERVER_TOOL_BLOCKS = {"server_tool_use", "mcp_tool_use"}
-KNOWN_EVENTS = {
-    "message_start",
-    "content_block_start",
-    "content_block_delta",
-    "content_block_stop",
-    "message_delta",
-    "message_stop",
-    "ping",
-    "error",
-}
 USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",

@@ -244,24 +244,28 @@ class Assembler:
             call = self.tool_calls[key] = ToolCallBuffer()
         return call
 
-    def set_call_identity(self, call: ToolCallBuffer, call_id: Any, name: Any) -> None:
-        """First non-empty id and name win; a repeat is counted, a conflict too."""
+    def set_call_identity(
+        self, call: ToolCallBuffer, call_id: Any, name: Any, snapshot: bool = False
+    ) -> None:
+        """First non-empty id and name win; a conflict is counted, and so is a repeat in a
+        delta (where repeating is a known relay bug) but not in a snapshot (where it is the
+        point)."""
         if isinstance(call_id, str) and call_id:
             if call.id is None:
                 if any(c.id == call_id for c in self.tool_calls.values() if c is not call):
                     self.anomalies["duplicate_tool_call_id"] += 1
                 call.id = call_id
-            elif call.id == call_id:
-                self.anomalies["repeated_tool_call_fields"] += 1
-            else:
+            elif call.id != call_id:
                 self.anomalies["conflicting_tool_call_id"] += 1
+            elif not snapshot:
+                self.anomalies["repeated_tool_call_fields"] += 1
         if isinstance(name, str) and name:
             if call.name is None:
                 call.name = name
-            elif call.name == name:
-                self.anomalies["repeated_tool_call_fields"] += 1
-            else:
+            elif call.name != name:
                 self.anomalies["conflicting_tool_call_name"] += 1
+            elif not snapshot:
+                self.anomalies["repeated_tool_call_fields"] += 1
 
     def add_arguments(self, call: ToolCallBuffer, text: Any) -> None:
         if isinstance(text, str) and text:

@@ -144,7 +144,7 @@ class OpenAIResponsesAssembler(Assembler):
         if itype in CLIENT_TOOL_ITEMS:
             self.has_function_calls = True
             call = self.tool_call(ident(item.get("id")))
-            self.set_call_identity(call, item.get("call_id"), item.get("name"))
+            self.set_call_identity(call, item.get("call_id"), item.get("name"), snapshot=done)
             if done:
                 self.compare(call.arguments, item.get("arguments", item.get("input")))
                 call.completed = True
@@ -169,7 +169,7 @@ class OpenAIResponsesAssembler(Assembler):
             "response.custom_tool_call_input.done",
         ):
             call = self.call_for(obj)
-            self.set_call_identity(call, None, obj.get("name"))
+            self.set_call_identity(call, None, obj.get("name"), snapshot=True)
             self.compare(call.arguments, obj.get("arguments", obj.get("input")), call.truncated)
             call.completed = True
         elif etype == "response.content_part.done":
