@@ -177,10 +177,12 @@ def test_function_call_is_tool_use() -> None:
             item_id="fc_1",
             output_index=0,
             arguments='{"a":1}',
+            name="f",
         ),
+        ev("response.output_item.done", 4, output_index=0, item={**item, "arguments": '{"a":1}'}),
         ev(
             "response.completed",
-            4,
+            5,
             response={
                 "id": "r",
                 "status": "completed",
