@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, StreamTap
 from sseproxy.core.inject import (
@@ -21,6 +23,19 @@ from tests.streams import ndjson, sse
 
 CHAT = sse(chat("日本"), chat("語で"), chat("す"), chat(finish="stop"), "[DONE]")
 CHAT_EVENTS = [e + b"\n\n" for e in CHAT.split(b"\n\n")[:-1]]
+
+
+RULE_SAMPLES = {
+    "stall-after=1",
+    "cut-after=2",
+    "cut-mid-event=2",
+    "drop-terminal",
+    "done-after-cut=1",
+    "inject-error=1",
+    "duplicate-snapshot",
+    "crlf",
+    "crlf,rechunk=2,cut-after=3",
+}
 
 
 def run(rules: str, data: bytes, dialect: Dialect | None = Dialect.OPENAI_CHAT, chunk: int = 7):
@@ -228,3 +243,30 @@ def test_json_of_error_events_parses() -> None:
     injected = written(run("inject-error=1", CHAT))
     last = injected.split(b"\n\n")[-2]
     assert json.loads(last[len(b"data: ") :])["error"]["code"] == "injected"
+
+
+@given(
+    st.binary(max_size=300),
+    st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    st.sampled_from(["rechunk=3", "split-utf8", "rechunk=1,split-utf8", "delay=1"]),
+    st.sampled_from([None, *Dialect]),
+)
+def test_byte_rules_never_change_the_bytes(data, sizes, rules, dialect) -> None:
+    injector = Injector(parse_rules(rules), dialect)
+    steps, i = [], 0
+    for size in sizes * (len(data) // max(1, sum(sizes)) + 1):
+        steps += injector.feed(data[i : i + size])
+        i += size
+        if i >= len(data):
+            break
+    steps += injector.finish()
+    assert written(steps) == data
+
+
+@given(
+    st.binary(max_size=300),
+    st.sampled_from(sorted(RULE_SAMPLES)),
+    st.sampled_from([None, *Dialect]),
+)
+def test_event_rules_never_raise(data, rules, dialect) -> None:
+    run(rules, data, dialect, chunk=5)
