@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,7 @@ class CaptureStore:
         self.settings = settings
         settings.directory.mkdir(parents=True, exist_ok=True)
         self.pending: set[asyncio.Task[None]] = set()
+        self._trim = threading.Lock()  # writer threads trim the directory one at a time
 
     def new(self, request_id: str, start: float) -> Capture:
         return Capture(self.settings, request_id, start)
@@ -113,7 +115,8 @@ class CaptureStore:
         partial = directory / f".{stem}.json.partial"
         partial.write_bytes(orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str))
         partial.rename(directory / f"{stem}.json")  # readers never see a half-written sidecar
-        self._enforce_total()
+        with self._trim:
+            self._enforce_total()
 
     def _enforce_total(self) -> None:
         """Delete the oldest captures until the directory is under its cap."""

@@ -45,7 +45,7 @@ from .core.inject import InjectionError, Injector, Rule, parse_rules
 from .core.inject import Pause as InjectPause
 from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
-from .inspector import TIMELINE_POINTS, Inspector, StreamView
+from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 
@@ -281,7 +281,10 @@ class Exchange:
             dialect,
             content_type=self.content_type,
             content_encoding=upstream.headers.get("Content-Encoding"),
-            options=TapOptions(max_event_bytes=self.settings.max_event_bytes),
+            options=TapOptions(
+                max_event_bytes=self.settings.max_event_bytes,
+                content_chars=CONTENT_CHARS if self.settings.keep_content else 0,
+            ),
         )
         for name in UPSTREAM_REQUEST_ID_HEADERS:
             if name in upstream.headers:

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from .dialects import Assembler, new_assembler, sniff, sniff_body
-from .dialects.base import loads
+from .dialects.base import DEFAULT_CONTENT_CHARS, loads
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, SSEEvent
 from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
@@ -39,6 +39,7 @@ class Framing(Enum):
 class TapOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
     strict: bool = False
 
 
@@ -53,7 +54,9 @@ class StreamTap:
     ) -> None:
         self.options = options or TapOptions()
         self.dialect = dialect
-        self.assembler: Assembler | None = new_assembler(dialect) if dialect else None
+        self.assembler: Assembler | None = (
+            new_assembler(dialect, self.options.content_chars) if dialect else None
+        )
         self.bytes = 0
         self.events = 0
         self.comments = 0
@@ -215,7 +218,7 @@ class StreamTap:
     def _assembler_for_lines(self) -> Assembler:
         if self.assembler is None:
             self.dialect = Dialect.OLLAMA
-            self.assembler = new_assembler(Dialect.OLLAMA)
+            self.assembler = new_assembler(Dialect.OLLAMA, self.options.content_chars)
         return self.assembler
 
     # -- events -----------------------------------------------------------------------------
@@ -254,7 +257,7 @@ class StreamTap:
 
     def _adopt(self, dialect: Dialect) -> Assembler:
         self.dialect = dialect
-        assembler = self.assembler = new_assembler(dialect)
+        assembler = self.assembler = new_assembler(dialect, self.options.content_chars)
         for pending in self._pending_events:
             assembler.on_event(pending)
         self._pending_events = []

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sseproxy.capture import load_capture
+from sseproxy.proxy import STATE
 from sseproxy.replay import ReplayOptions, replay
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import sse
@@ -130,7 +131,9 @@ async def test_capture_directory_is_capped(upstream, make_proxy, logs, tmp_path:
     for _ in range(10):
         await (await client.post(PATH, json={})).read()
     await wait_records(logs, 10)
-    await asyncio.sleep(0.3)
+    captures = client.app[STATE].captures
+    assert captures is not None
+    await captures.drain()  # every capture written (and the directory trimmed) in a thread
     total = sum(p.stat().st_size for p in tmp_path.iterdir())
     assert total <= 6000
     assert list(tmp_path.glob("*.json"))  # the newest survive

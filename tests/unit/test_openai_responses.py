@@ -208,3 +208,15 @@ def test_events_after_terminal() -> None:
     v = verdict_of(sse(*opening(), final("response.completed", 4, "completed"), late), RESP)
     assert v.anomalies["events_after_terminal"] == 1
     assert v.text_chars == 5
+
+
+def test_snapshots_are_checked_by_length_when_text_is_not_kept() -> None:
+    from sseproxy.core import StreamTap, TapOptions
+
+    for text, mismatches in (("Hello", 0), ("Hello!", 1)):
+        data = sse(*opening(), text_done(4, text), final("response.completed", 5, "completed"))
+        tap = StreamTap(RESP, options=TapOptions(content_chars=0, strict=True))
+        tap.feed(data)
+        v = tap.close()
+        assert v.anomalies.get("snapshot_mismatch", 0) >= mismatches
+        assert v.text_chars == 5 and tap.primary_text() == ""  # counted, not kept

@@ -54,8 +54,13 @@ VERCEL_PARTS = {
 }
 
 
-def new_assembler(dialect: Dialect) -> Assembler:
-    return ASSEMBLERS[dialect]()
+def new_assembler(dialect: Dialect, content_chars: int | None = None) -> Assembler:
+    """A fresh assembler; `content_chars` caps the text it keeps (counts are always kept)."""
+    assembler = ASSEMBLERS[dialect]()
+    if content_chars is not None:
+        for store in (assembler.text, assembler.reasoning, assembler.refusal):
+            store.cap = content_chars
+    return assembler
 
 
 def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> Dialect | None:

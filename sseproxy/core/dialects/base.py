@@ -33,9 +33,13 @@ class Outcome:
 
 
 class ContentStore:
-    """Counts the code points of one kind of content; keeps the text up to a cap."""
+    """Counts the code points of one kind of content, per part; keeps the text up to a cap.
 
-    __slots__ = ("cap", "chars", "parts", "retained", "truncated")
+    The proxy keeps no text unless asked to (`keep_content`): a long answer would otherwise
+    cost memory per stream. Counts per part are always kept, for snapshot cross-checks.
+    """
+
+    __slots__ = ("cap", "chars", "lengths", "parts", "retained", "truncated")
 
     def __init__(self, cap: int = DEFAULT_CONTENT_CHARS) -> None:
         self.cap = cap
@@ -43,10 +47,12 @@ class ContentStore:
         self.retained = 0
         self.truncated = False
         self.parts: dict[Hashable, list[str]] = {}
+        self.lengths: dict[Hashable, int] = {}
 
     def add(self, key: Hashable, text: str) -> None:
         n = len(text)
         self.chars += n
+        self.lengths[key] = self.lengths.get(key, 0) + n
         if self.retained + n <= self.cap:
             self.retained += n
             part = self.parts.get(key)
@@ -59,6 +65,12 @@ class ContentStore:
 
     def text(self, key: Hashable) -> str:
         return "".join(self.parts.get(key, ()))
+
+    def matches(self, key: Hashable, snapshot: str) -> bool:
+        """Does a snapshot equal what the deltas of `key` said (by length if not kept)?"""
+        if self.truncated:
+            return len(snapshot) == self.lengths.get(key, 0)
+        return snapshot == self.text(key)
 
     def group_text(self, group: Hashable) -> str:
         """Concatenation of every part whose key is `(group, ...)`, in order of appearance."""

@@ -10,7 +10,16 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, error_info, ident
+from .base import (
+    Assembler,
+    ContentStore,
+    Outcome,
+    ToolCallBuffer,
+    as_int,
+    dig,
+    error_info,
+    ident,
+)
 
 TERMINALS = {
     "response.completed": State.COMPLETED,
@@ -159,11 +168,10 @@ class OpenAIResponsesAssembler(Assembler):
         index = as_int(obj.get("content_index")) or 0
         if etype == "response.output_text.done":
             self.done_parts.add((str(item_id), "text", index))
-            self.compare(self.text.text((item_id, index)), obj.get("text"), self.text.truncated)
+            self.compare_store(self.text, (item_id, index), obj.get("text"))
         elif etype == "response.refusal.done":
             self.done_parts.add((str(item_id), "refusal", index))
-            snapshot = obj.get("refusal")
-            self.compare(self.refusal.text((item_id, index)), snapshot, self.refusal.truncated)
+            self.compare_store(self.refusal, (item_id, index), obj.get("refusal"))
         elif etype in (
             "response.function_call_arguments.done",
             "response.custom_tool_call_input.done",
@@ -180,9 +188,13 @@ class OpenAIResponsesAssembler(Assembler):
             return
         key = (item_id, index)
         if part.get("type") == "output_text":
-            self.compare(self.text.text(key), part.get("text"), self.text.truncated)
+            self.compare_store(self.text, key, part.get("text"))
         elif part.get("type") == "refusal":
-            self.compare(self.refusal.text(key), part.get("refusal"), self.refusal.truncated)
+            self.compare_store(self.refusal, key, part.get("refusal"))
+
+    def compare_store(self, store: ContentStore, key: Any, snapshot: Any) -> None:
+        if isinstance(snapshot, str) and not store.matches(key, snapshot):
+            self.anomalies["snapshot_mismatch"] += 1
 
     def compare(self, assembled: str, snapshot: Any, truncated: bool = False) -> None:
         if isinstance(snapshot, str) and not truncated and snapshot != assembled:
