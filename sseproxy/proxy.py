@@ -84,7 +84,7 @@ UPSTREAM_REQUEST_ID_HEADERS = (
 )
 # An exception message can quote a whole malformed response; the error body stays readable.
 MAX_CAUSE_CHARS = 300
-# The request body is parsed for `model`/`stream` only when it is at most this large.
+# The request body is parsed for `model` only when it is at most this large.
 MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 
 
@@ -221,23 +221,18 @@ def json_error(status: int, etype: str, message: str, **extra: Any) -> web.Respo
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def request_facts(body: bytes, path: str) -> tuple[str | None, bool | None]:
-    """`model` and `stream` from the request body (or the Gemini path), best effort."""
-    model: str | None = None
-    stream: bool | None = None
+def request_model(body: bytes, path: str) -> str | None:
+    """The model asked for: the request body's `model`, else the Gemini path's, best effort."""
     if body and len(body) <= MODEL_SNIFF_BYTES and body.lstrip()[:1] == b"{":
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             obj = None
-        if isinstance(obj, dict):
-            if isinstance(obj.get("model"), str):
-                model = obj["model"]
-            if isinstance(obj.get("stream"), bool):
-                stream = obj["stream"]
-    if model is None and "/models/" in path:
-        model = path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
-    return model, stream
+        if isinstance(obj, dict) and isinstance(obj.get("model"), str):
+            return str(obj["model"])
+    if "/models/" in path:
+        return path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
+    return None
 
 
 class Exchange:
@@ -435,7 +430,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
             "sseproxy_request_too_large",
             f"request body exceeds {settings.max_request_body_bytes} bytes",
         )
-    exchange.model, _ = request_facts(body, request.path)
+    exchange.model = request_model(body, request.path)
     exchange.request_body = body
     try:
         exchange.inject_rules = injection_rules(request, route, settings)

@@ -15,18 +15,13 @@ from sseproxy.capture import load_capture
 from sseproxy.proxy import STATE
 from sseproxy.replay import ReplayOptions, replay
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
-from tests.streams import sse
+from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
 
 
 def chunk(content=None, finish=None) -> dict:
-    delta = {"content": content} if content is not None else {}
-    return {
-        "id": "c",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+    return chat_chunk(content, finish, response_id="c")
 
 
 USAGE = {

@@ -12,7 +12,7 @@ from aiohttp import web
 from sseproxy.config import load
 from sseproxy.proxy import create_app
 from tests.integration.fake_upstream import Close, Script, Send
-from tests.streams import sse
+from tests.streams import chat_chunk, sse
 
 trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
@@ -24,12 +24,7 @@ PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def chat(content=None, finish=None):
-    delta = {"content": content} if content is not None else {}
-    return {
-        "id": "chatcmpl-9",
-        "model": "gpt-x-2026",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+    return chat_chunk(content, finish, response_id="chatcmpl-9", model="gpt-x-2026")
 
 
 USAGE = {
