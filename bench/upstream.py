@@ -116,15 +116,18 @@ async def stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    first = start()
-    if first:
-        await response.write(first)
-    for i in range(0, events, per_write):
-        await response.write(b"".join(event(j) for j in range(i, min(i + per_write, events))))
-        if interval:
-            await asyncio.sleep(interval)
-    await response.write(end())
-    await response.write_eof()
+    try:
+        first = start()
+        if first:
+            await response.write(first)
+        for i in range(0, events, per_write):
+            await response.write(b"".join(event(j) for j in range(i, min(i + per_write, events))))
+            if interval:
+                await asyncio.sleep(interval)
+        await response.write(end())
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client (or the proxy, for a client that left) closed the stream
     return response
 
 
