@@ -10,7 +10,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dumps
+from .base import Assembler, Outcome, as_int, dig, dumps
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -131,7 +131,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.tool_calls[index].completed = True
 
     def on_message_delta(self, obj: dict[str, Any]) -> None:
-        reason = (obj.get("delta") or {}).get("stop_reason")
+        reason = dig(obj, "delta", "stop_reason")
         if isinstance(reason, str) and reason:
             self.stop_reason = reason
         self.merge_usage(obj.get("usage"))
@@ -160,7 +160,8 @@ class AnthropicMessagesAssembler(Assembler):
         super().on_body(body)
         if isinstance(body, dict) and body.get("type") == "message":
             self.on_message(body)
-            for index, block in enumerate(body.get("content") or ()):
+            content = body.get("content")
+            for index, block in enumerate(content if isinstance(content, list) else ()):
                 self.on_block_start({"index": index, "content_block": block})
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     call = self.tool_calls[index]

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, ToolCallBuffer, as_int, dumps
+from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, dumps
 
 CATEGORY = {
     "STOP": FinishCategory.STOP,
@@ -123,7 +123,7 @@ class GeminiAssembler(Assembler):
         if not isinstance(index, int):
             index = position
         self.candidates.add(index)
-        parts = (candidate.get("content") or {}).get("parts")
+        parts = dig(candidate, "content", "parts")
         if isinstance(parts, list):
             for part in parts:
                 if isinstance(part, dict):
