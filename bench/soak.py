@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from bench.proxy import free_port, peak_rss_mb, wait_port
+from bench.proxy import free_port, peak_rss_mb, start_proxy, wait_port
 
 
 def rss_mb(pid: int) -> float:
@@ -28,26 +29,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--sample-seconds", type=float, default=30)
     args = parser.parse_args()
-    up_port, port = free_port(), free_port()
+    up_port = free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "bench.upstream", str(up_port)])
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sseproxy",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--upstream",
-            f"http://127.0.0.1:{up_port}",
-            "--log-format",
-            "json",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    proxy: subprocess.Popen[bytes] | None = None
+    logdir = Path(tempfile.mkdtemp(prefix="sseproxy-soak-"))
     load: subprocess.Popen[bytes] | None = None
     try:
         wait_port(up_port)
-        wait_port(port)
+        proxy, port = start_proxy("sseproxy", f"http://127.0.0.1:{up_port}", logdir)
         deadline = time.monotonic() + args.minutes * 60
         next_sample = time.monotonic()
         samples: list[float] = []

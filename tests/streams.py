@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, Verdict
@@ -33,6 +34,17 @@ def chat_chunk(
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+
+
+def random_split(data: bytes, seed: Any, largest: int) -> list[bytes]:
+    """`data` cut into pieces of 1..`largest` bytes, reproducibly for a seed."""
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(data):
+        n = rng.randint(1, largest)
+        out.append(data[i : i + n])
+        i += n
+    return out
 
 
 def ndjson(*objects: Any) -> bytes:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import random
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from sseproxy.core import StreamTap, TapOptions, Verdict
 from sseproxy.replay import ReplayOptions, replay
 from tests.corpus import body, corpus_dir, manifest
+from tests.streams import random_split
 
 ENTRIES = manifest()
 if corpus_dir() is None:
@@ -28,13 +28,7 @@ def split(data: bytes, how: str) -> list[bytes]:
         return [data]
     if how == "bytewise":
         return [data[i : i + 1] for i in range(len(data))]
-    rng = random.Random(how)
-    out, i = [], 0
-    while i < len(data):
-        n = rng.randint(1, 97)
-        out.append(data[i : i + n])
-        i += n
-    return out
+    return random_split(data, how, 97)
 
 
 def analyse(data: bytes, how: str) -> tuple[StreamTap, Verdict]:

@@ -6,13 +6,12 @@ import asyncio
 import gzip
 import hashlib
 import json
-import random
 
 import aiohttp
 import pytest
 
 from tests.integration.fake_upstream import Close, Reset, Script, Send, Sleep, WaitFor
-from tests.streams import chat_chunk, sse
+from tests.streams import chat_chunk, random_split, sse
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -28,20 +27,10 @@ async def wait_for_records(logs, n: int = 1) -> list[dict]:
     return logs.records()
 
 
-def random_split(data: bytes, seed: int) -> list[bytes]:
-    rng = random.Random(seed)
-    out, i = [], 0
-    while i < len(data):
-        n = rng.randint(1, 9)
-        out.append(data[i : i + n])
-        i += n
-    return out
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_bytes_pass_through_identically(upstream, make_proxy, logs, seed) -> None:
     fake, _ = upstream
-    fake.script(CHAT_PATH, Script([Send(c) for c in random_split(COMPLETE, seed)]))
+    fake.script(CHAT_PATH, Script([Send(c) for c in random_split(COMPLETE, seed, 9)]))
     client = await make_proxy()
     resp = await client.post(CHAT_PATH, json={"model": "gpt-x", "stream": True})
     body = await resp.read()
@@ -68,7 +57,7 @@ async def test_gzip_passes_compressed_and_is_analysed(upstream, make_proxy, logs
     fake, _ = upstream
     packed = gzip.compress(COMPLETE)
     headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
-    fake.script(CHAT_PATH, Script([Send(c) for c in random_split(packed, 5)], headers=headers))
+    fake.script(CHAT_PATH, Script([Send(c) for c in random_split(packed, 5, 9)], headers=headers))
     client = await make_proxy()
     resp = await client.post(CHAT_PATH, json={}, auto_decompress=False)
     assert await resp.read() == packed
