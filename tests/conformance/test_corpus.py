@@ -1,4 +1,4 @@
-"""Every recorded stream in the shared corpus gets the verdict its MANIFEST expects,
+"""Every recorded stream in the corpus gets the verdict its MANIFEST expects,
 however the bytes are chunked, and through the `replay` command as well."""
 
 from __future__ import annotations
@@ -12,15 +12,10 @@ import pytest
 
 from sseproxy.core import StreamTap, TapOptions, Verdict
 from sseproxy.replay import ReplayOptions, replay
-from tests.corpus import body, corpus_dir, manifest
+from tests.corpus import body, manifest
 from tests.streams import random_split
 
 ENTRIES = manifest()
-if corpus_dir() is None:
-    pytest.skip(
-        "shared corpus not found: set SSEPROXY_CORPUS or place shared/ beside the checkout",
-        allow_module_level=True,
-    )
 
 
 def split(data: bytes, how: str) -> list[bytes]:

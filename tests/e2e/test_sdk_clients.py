@@ -12,7 +12,7 @@ import pytest
 
 from sseproxy.config import load, make_route
 from sseproxy.proxy import create_app
-from tests.corpus import corpus_dir
+from tests.corpus import file as corpus
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import sse
 
@@ -20,15 +20,6 @@ pytestmark = pytest.mark.e2e
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 genai = pytest.importorskip("google.genai")
-
-if corpus_dir() is None:
-    pytest.skip("shared corpus not found (set SSEPROXY_CORPUS)", allow_module_level=True)
-
-
-def corpus(name: str) -> bytes:
-    root = corpus_dir()
-    assert root is not None
-    return (root / name).read_bytes()
 
 
 @pytest.fixture

@@ -42,3 +42,13 @@ def test_static_checks(command: list[str]) -> None:
         pytest.skip(f"{command[0]} is not installed (it comes with the test extra)")
     result = subprocess.run([tool, *command[1:]], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tests_need_nothing_beside_the_checkout() -> None:
+    """A user's clone has no ../shared: no test or CI step may reach for it."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in [*(ROOT / "tests").rglob("*.py"), ROOT / ".ci" / "run"]
+        if "../shared" in path.read_text() or "shared/corpus" in path.read_text()
+    ]
+    assert offenders == []

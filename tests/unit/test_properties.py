@@ -77,7 +77,7 @@ def test_arbitrary_bytes_never_raise_and_chunking_does_not_matter(
 
 
 @given(
-    st.sampled_from(range(len(CORPUS))) if CORPUS else st.nothing(),
+    st.sampled_from(range(len(CORPUS))),
     st.lists(st.integers(min_value=0), min_size=1, max_size=20),
 )
 def test_corpus_verdicts_are_chunking_independent(index: int, points: list[int]) -> None:
@@ -86,7 +86,7 @@ def test_corpus_verdicts_are_chunking_independent(index: int, points: list[int])
 
 
 @given(
-    st.sampled_from(range(len(CORPUS))) if CORPUS else st.nothing(),
+    st.sampled_from(range(len(CORPUS))),
     st.lists(st.tuples(st.integers(min_value=0), st.binary(max_size=8)), min_size=1, max_size=6),
 )
 def test_mutated_corpus_never_raises(index: int, edits: list[tuple[int, bytes]]) -> None:
@@ -142,7 +142,7 @@ def test_retained_bytes_are_bounded(chunks: list[bytes], cap: int) -> None:
 
 
 @given(
-    st.sampled_from(range(len(CORPUS))) if CORPUS else st.nothing(),
+    st.sampled_from(range(len(CORPUS))),
     st.lists(st.integers(min_value=0), max_size=10),
 )
 def test_chat_fast_path_agrees_with_full_parse(index: int, points: list[int]) -> None:
