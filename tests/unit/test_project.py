@@ -45,7 +45,7 @@ def test_static_checks(command: list[str]) -> None:
 
 
 def test_tests_need_nothing_beside_the_checkout() -> None:
-    """A user's clone has no ../shared: no test or CI step may reach for it."""
+    """A user's clone has nothing beside it: no test or CI step may reach for the steering repo."""
     beside = "/".join(("..", "shared"))  # spelled so that this file does not match itself
     offenders = [
         str(path.relative_to(ROOT))
