@@ -26,8 +26,10 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS")
     p.add_argument("--connect-timeout", type=float, metavar="SECONDS")
+    p.add_argument("--request-timeout", type=float, metavar="SECONDS")
     p.add_argument("--dialect", choices=("auto", *[d.value for d in Dialect]))
     p.add_argument("--max-request-body-bytes", type=int, metavar="N")
+    p.add_argument("--max-total-request-body-bytes", type=int, metavar="N")
     p.add_argument("--max-event-bytes", type=int, metavar="N")
     p.add_argument("--max-concurrent-streams", type=int, metavar="N")
     p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
@@ -193,8 +195,10 @@ def _serve(args: argparse.Namespace) -> int:
             "log_level",
             "idle_timeout",
             "connect_timeout",
+            "request_timeout",
             "dialect",
             "max_request_body_bytes",
+            "max_total_request_body_bytes",
             "max_event_bytes",
             "max_concurrent_streams",
             "shutdown_grace",

@@ -91,6 +91,8 @@ class Settings:
     idle_timeout: float = 600.0
     connect_timeout: float = 30.0
     max_request_body_bytes: int = 32 * 1024 * 1024
+    max_total_request_body_bytes: int = 256 * 1024 * 1024
+    request_timeout: float = 60.0
     max_event_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 2000
     shutdown_grace: float = 10.0
@@ -267,13 +269,14 @@ def _validate(settings: Settings, problems: list[str]) -> None:
         problems.append(f"inject: {exc}")
     if settings.dialect != "auto" and settings.dialect not in {d.value for d in Dialect}:
         problems.append(f"dialect: {settings.dialect!r} is not auto or a known dialect")
-    for key in ("idle_timeout", "connect_timeout"):
+    for key in ("idle_timeout", "connect_timeout", "request_timeout"):
         if getattr(settings, key) <= 0:
             problems.append(f"{key}: must be positive")
     if settings.shutdown_grace < 0:
         problems.append("shutdown_grace: must not be negative")
     for key in (
         "max_request_body_bytes",
+        "max_total_request_body_bytes",
         "max_event_bytes",
         "max_concurrent_streams",
         "capture_max_bytes",

@@ -72,6 +72,13 @@ class Metrics:
             "sseproxy_tokens", "Tokens reported by providers", ["dialect", "kind"], registry=r
         )
 
+        self.sink_errors = Counter(
+            "sseproxy_sink_errors", "Sinks that raised on a record", ["sink"], registry=r
+        )
+
+    def sink_failed(self, sink: str) -> None:
+        self.sink_errors.labels(sink).inc()
+
     def model_label(self, model: str | None) -> str:
         return model if model in self.models else "other"
 

@@ -52,6 +52,7 @@ class EndReason(StrEnum):
     CLIENT_DISCONNECTED = "client_disconnected"
     PROXY_SHUTDOWN = "proxy_shutdown"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"
 
 
 @dataclass(frozen=True, slots=True)

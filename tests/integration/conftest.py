@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from collections.abc import Callable
@@ -13,9 +14,21 @@ from sseproxy.proxy import create_app
 from tests.integration.fake_upstream import FakeUpstream
 
 
+class _NotifyingStream(io.StringIO):
+    def __init__(self, written: asyncio.Event) -> None:
+        super().__init__()
+        self.written = written
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        self.written.set()
+        return n
+
+
 class LogCapture:
     def __init__(self) -> None:
-        self.stream = io.StringIO()
+        self.written = asyncio.Event()
+        self.stream = _NotifyingStream(self.written)
 
     def lines(self) -> list[str]:
         return self.stream.getvalue().splitlines()
@@ -23,6 +36,14 @@ class LogCapture:
     def records(self) -> list[dict[str, Any]]:
         out = [json.loads(line) for line in self.lines()]
         return [r for r in out if r.get("event") == "request.finished"]
+
+    async def wait(self, n: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        """The records, once at least `n` were written (woken by each write, no polling)."""
+        async with asyncio.timeout(timeout):
+            while len(self.records()) < n:
+                self.written.clear()
+                await self.written.wait()
+        return self.records()
 
 
 @pytest.fixture
@@ -50,3 +71,27 @@ def make_proxy(aiohttp_client, upstream, logs) -> Callable[..., Any]:
         return await aiohttp_client(create_app(settings))
 
     return make
+
+
+@pytest.fixture
+def proxy_server(aiohttp_server, logs) -> Callable[..., Any]:
+    """A proxy for `upstream` URL with settings overrides; returns its base URL."""
+
+    async def make(upstream: str, **overrides: Any) -> str:
+        settings = load(None, {}, {"upstream": upstream, **overrides})
+        server = await aiohttp_server(create_app(settings))
+        return str(server.make_url("")).rstrip("/")
+
+    return make
+
+
+async def raw_exchange(port: int, data: bytes, timeout: float = 10) -> bytes:
+    """Send `data` on a fresh connection to 127.0.0.1:port; everything until the peer closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(timeout):
+            return await reader.read(-1)
+    finally:
+        writer.close()

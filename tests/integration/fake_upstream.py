@@ -57,6 +57,7 @@ class Seen:
     path_qs: str
     headers: dict[str, str]
     body: bytes
+    raw_path: str = ""  # the request target as it arrived, undecoded
 
 
 class FakeUpstream:
@@ -78,8 +79,12 @@ class FakeUpstream:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.seen.append(Seen(request.method, request.path_qs, dict(request.headers), body))
+        self.seen.append(
+            Seen(request.method, request.path_qs, dict(request.headers), body, request.raw_path)
+        )
         script = self.scripts.get(request.path) or self.scripts["*"]
+        if request.method == "HEAD":
+            script = Script(status=script.status, headers=script.headers)
         key = request.path if request.path in self.scripts else "*"
         if script.reset_before_headers:
             _reset(request)

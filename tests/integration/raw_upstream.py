@@ -115,3 +115,70 @@ class RawUpstream:
             await writer.drain()
         else:
             writer.close()
+
+
+@dataclass(frozen=True)
+class AwaitClose:
+    """Wait until the proxy closes this connection (then `WireUpstream.peer_closed` is set)."""
+
+
+WireStep = Body | Pause | Hangup | RST | AwaitClose
+
+
+class WireUpstream:
+    """Plays `steps` on every connection byte for byte, with no framing of its own: for
+    responses no HTTP server would write (broken framing, bad heads, late extra responses)."""
+
+    def __init__(self, steps: list[WireStep] | None = None) -> None:
+        self.steps = steps or []
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self.heads: list[bytes] = []
+        self.peer_closed = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        steps = self.steps
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.heads.append(head)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            for step in steps:
+                if isinstance(step, Body):
+                    writer.write(step.data)
+                    await writer.drain()
+                elif isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                elif isinstance(step, Hangup):
+                    break
+                elif isinstance(step, RST):
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
+                elif isinstance(step, AwaitClose):
+                    while await reader.read(65536):
+                        pass
+                    self.peer_closed.set()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.peer_closed.set()
+        finally:
+            if not writer.is_closing():
+                writer.close()

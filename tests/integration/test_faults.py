@@ -216,11 +216,7 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> tuple[bytes, BaseEx
 
 
 async def records_after(logs, n: int) -> list[dict]:
-    for _ in range(500):
-        if len(logs.records()) >= n:
-            break
-        await asyncio.sleep(0.01)
-    return logs.records()
+    return await logs.wait(n)
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)

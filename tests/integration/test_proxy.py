@@ -20,11 +20,7 @@ COMPLETE = sse(chat_chunk("Hello, "), chat_chunk("世界"), chat_chunk(finish="s
 
 
 async def wait_for_records(logs, n: int = 1) -> list[dict]:
-    for _ in range(200):
-        if len(logs.records()) >= n:
-            break
-        await asyncio.sleep(0.01)
-    return logs.records()
+    return await logs.wait(n)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

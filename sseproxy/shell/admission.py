@@ -1,0 +1,131 @@
+"""Admission: everything the proxy decides before it contacts an upstream. A request is read
+and bounded (time, size, bytes in flight), routed, checked for a loop, and only then takes a
+stream slot; any refusal is a `Refused` the handler turns into the proxy's own response."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from ..config import Route, Settings
+from ..core import EndReason
+from ..core.inject import InjectionError, Rule, parse_rules
+from .record import RequestFacts
+from .tapping import request_model
+
+if TYPE_CHECKING:
+    from .app import Exchange, ProxyState
+
+INJECT_HEADER = "x-sseproxy-inject"
+
+
+class Refused(Exception):
+    """The proxy answers this request itself: `status` with a JSON error of `etype`."""
+
+    def __init__(
+        self,
+        status: int,
+        etype: str,
+        message: str,
+        *,
+        end: EndReason = EndReason.END_OF_INPUT,
+        close: bool = False,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.etype = etype
+        self.message = message
+        self.end = end
+        self.close = close  # the connection cannot be reused (a body left unread)
+        self.extra = extra
+
+
+def via_entry(state: ProxyState) -> str:
+    return f"1.1 sseproxy-{state.instance_id}"
+
+
+async def admit(
+    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+) -> RequestFacts:
+    """The facts of a request the proxy will forward, or `Refused`."""
+    own = f"sseproxy-{state.instance_id}"
+    if any(own in value for value in request.headers.getall("Via", [])):
+        raise Refused(508, "loop_detected", "this request already passed through this proxy")
+    route = settings.route_for(request.path)
+    if route is None:
+        raise Refused(
+            404,
+            "no_route",
+            f"no configured route matches {request.path}",
+            routes=[r.describe() for r in settings.routes],
+        )
+    x.facts = dataclasses.replace(x.facts, route=route)
+    body = await read_body(request, x, state, settings)
+    if state.active >= settings.max_concurrent_streams:
+        raise Refused(503, "overloaded", "too many concurrent streams")
+    state.active += 1
+    x.slot = True
+    state.metrics.active.inc()
+    try:
+        rules = injection_rules(request, route, settings)
+    except InjectionError as exc:
+        status = 403 if "disabled" in str(exc) else 400
+        raise Refused(status, "injection", str(exc)) from exc
+    return dataclasses.replace(
+        x.facts, body=body, model=request_model(body, request.path), inject_rules=rules
+    )
+
+
+async def read_body(
+    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+) -> bytes:
+    """The whole body, within `request_timeout`, `max_request_body_bytes` and, across all
+    requests in flight, `max_total_request_body_bytes`. Bytes are counted as they arrive."""
+    limit, total = settings.max_request_body_bytes, settings.max_total_request_body_bytes
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise Refused(413, "request_too_large", f"request body exceeds {limit} bytes", close=True)
+    if declared is not None and state.body_bytes + declared > total:
+        raise Refused(503, "overloaded", "request bodies in flight exceed the limit", close=True)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(settings.request_timeout):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                x.body_bytes += len(chunk)
+                state.body_bytes += len(chunk)
+                if size > limit:
+                    raise Refused(
+                        413, "request_too_large", f"request body exceeds {limit} bytes", close=True
+                    )
+                if state.body_bytes > total:
+                    raise Refused(
+                        503, "overloaded", "request bodies in flight exceed the limit", close=True
+                    )
+                parts.append(chunk)
+    except TimeoutError:
+        raise Refused(
+            408,
+            "request_timeout",
+            f"the request was not received within {settings.request_timeout} s",
+            close=True,
+        ) from None
+    return b"".join(parts)
+
+
+def injection_rules(request: web.Request, route: Route, settings: Settings) -> tuple[Rule, ...]:
+    """Rules from the route's config, plus the request header when the config allows it."""
+    rules = parse_rules(route.inject) if route.inject else ()
+    header = request.headers.get(INJECT_HEADER)
+    if header is not None:
+        if not settings.allow_inject:
+            raise InjectionError(
+                f"{INJECT_HEADER} is disabled: start the proxy with --allow-inject"
+            )
+        rules += parse_rules(header)
+    return rules

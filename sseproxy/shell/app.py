@@ -1,0 +1,273 @@
+"""The aiohttp application: the proxy handler, the guard, the proxy's own endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+
+from .. import __version__
+from ..capture import CaptureSettings, CaptureStore
+from ..config import Settings
+from ..core import Dialect, State, Verdict
+from ..inspector import Inspector
+from ..log import redact_query
+from ..metrics import CONTENT_TYPE_LATEST, Metrics
+from . import record as records
+from .admission import Refused, admit
+from .errors import describe
+from .record import Progress, RequestFacts, Timings, proxy_error
+from .relay import REQUEST_ID_HEADER, break_downstream, forward
+from .sinks import deliver, safecall
+from .upstream import new_session
+
+if TYPE_CHECKING:
+    from ..tracing import Tracing
+
+log = structlog.get_logger("sseproxy")
+
+SETTINGS = web.AppKey("settings", Settings)
+STATE: web.AppKey[ProxyState] = web.AppKey("state")
+OWN_PREFIX = "/_sseproxy/"
+
+
+@dataclass
+class ProxyState:
+    metrics: Metrics
+    inspector: Inspector
+    captures: CaptureStore | None = None
+    tracing: Tracing | None = None
+    started: float = field(default_factory=time.monotonic)
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    active: int = 0  # stream slots taken
+    body_bytes: int = 0  # request body bytes held by requests in flight
+    shutting_down: bool = False
+    session: aiohttp.ClientSession | None = None
+    failed_sinks: set[str] = field(default_factory=set)
+
+
+class Exchange:
+    """One proxied request: immutable facts, a small mutable progress, the resources it holds."""
+
+    __slots__ = ("body_bytes", "facts", "progress", "slot")
+
+    def __init__(self, request: web.Request) -> None:
+        raw_path, _, query = request.raw_path.partition("?")
+        query = redact_query(query)
+        start = time.monotonic()
+        self.facts = RequestFacts(
+            request_id=uuid.uuid4().hex,
+            method=request.method,
+            path=raw_path + (f"?{query}" if query else ""),
+            started_at=time.time(),
+            start=start,
+            headers=request.headers,
+        )
+        self.progress = Progress(Timings(start))
+        self.slot = False
+        self.body_bytes = 0
+
+
+def own_response(
+    request_id: str, status: int, etype: str, message: str, **extra: Any
+) -> web.Response:
+    """Every response the proxy makes itself: a JSON error naming why, and the request id."""
+    body = {"error": {"type": f"sseproxy_{etype}", "message": message, **extra}}
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type="application/json",
+        headers={REQUEST_ID_HEADER: request_id},
+    )
+
+
+async def send_own(request: web.Request, x: Exchange, refused: Refused) -> web.StreamResponse:
+    """Answer `refused` and end the response before the record is written."""
+    p = x.progress
+    p.status, p.end = refused.status, refused.end
+    p.proxy_error = proxy_error(refused.etype, refused.message)
+    response = own_response(
+        x.facts.request_id, refused.status, refused.etype, refused.message, **refused.extra
+    )
+    if refused.close:
+        response.force_close()
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except (OSError, RuntimeError):
+        pass  # the client left; the record says what it was told
+    return response
+
+
+async def proxy_handler(request: web.Request) -> web.StreamResponse:
+    state, settings = request.app[STATE], request.app[SETTINGS]
+    x = Exchange(request)
+    try:
+        try:
+            x.facts = await admit(request, x, state, settings)
+            return await forward(request, x, state, settings)
+        except Refused as refused:
+            return await send_own(request, x, refused)
+        except asyncio.CancelledError:
+            x.progress.end = "proxy_shutdown" if state.shutting_down else "client_disconnected"
+            x.progress.http_complete = False
+            raise
+        except Exception as exc:  # a bug of ours: still one record, and the client sees a break
+            x.progress.end = "proxy_error"
+            x.progress.proxy_error = proxy_error("internal_error", describe(exc))
+            safecall(state, "log", lambda: log.exception("proxy.internal_error"))
+            break_downstream(request)
+            return web.Response(status=500)
+    finally:
+        finish(state, x)
+        release(state, x)
+
+
+def finish(state: ProxyState, x: Exchange) -> None:
+    """Build the record once, after the client's response has ended, and hand it to sinks."""
+    try:
+        verdict = records.verdict_of(x.facts, x.progress)
+        record = records.build(x.facts, x.progress, verdict)
+    except Exception as exc:  # never lose the record: a minimal one says what is known
+        verdict = Verdict(dialect=Dialect.SSE, state=State.UNCONFIRMED)
+        record = records.fallback(x.facts, x.progress, exc)
+    deliver(state, x.facts, x.progress, verdict, record)
+
+
+def release(state: ProxyState, x: Exchange) -> None:
+    """Give back what the request held, on every path."""
+    if x.slot:
+        x.slot = False
+        state.active -= 1
+        state.metrics.active.dec()
+    state.body_bytes -= x.body_bytes
+    x.body_bytes = 0
+    state.inspector.active.pop(x.facts.request_id, None)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    if request.method == "CONNECT":
+        return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
+    if not request.raw_path.startswith("/"):
+        # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
+        return await refuse(request, 400, "absolute_form", "only origin-form targets")
+    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
+        settings = request.app[SETTINGS]
+        if not is_loopback(settings.host):
+            token = settings.admin_token
+            given = request.headers.get("Authorization") == f"Bearer {token}" or (
+                request.query.get("token") == token  # EventSource cannot send headers
+            )
+            if not token or not given:
+                return own_response(uuid.uuid4().hex, 403, "forbidden", "admin token required")
+    return await handler(request)
+
+
+async def refuse(request: web.Request, status: int, etype: str, message: str) -> web.StreamResponse:
+    x = Exchange(request)
+    try:
+        return await send_own(request, x, Refused(status, etype, message))
+    finally:
+        finish(request.app[STATE], x)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = {
+        "status": "ok",
+        "version": __version__,
+        "uptime_s": round(time.monotonic() - state.started, 3),
+        "active_streams": state.active,
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def own_not_found(request: web.Request) -> web.Response:
+    return own_response(
+        uuid.uuid4().hex, 404, "not_found", f"{request.path} is not a sseproxy endpoint"
+    )
+
+
+def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
+    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it)."""
+    app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
+    app[SETTINGS] = settings
+    models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
+    captures = None
+    if settings.capture_dir:
+        captures = CaptureStore(
+            CaptureSettings(
+                Path(settings.capture_dir),
+                settings.capture_max_bytes,
+                settings.capture_max_total_bytes,
+                settings.capture_request_bodies,
+            )
+        )
+    inspector = Inspector(settings.keep_content)
+    if tracing is None and settings.otel_endpoint:
+        from ..tracing import Tracing
+
+        tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
+    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    app.router.add_get(OWN_PREFIX + "healthz", healthz)
+    app.router.add_get(OWN_PREFIX + "metrics", metrics)
+    app.router.add_get(OWN_PREFIX, inspector.page)
+    app.router.add_get(OWN_PREFIX + "events", inspector.feed)
+    app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
+    app.on_startup.append(inspector.start)
+    app.on_shutdown.append(inspector.stop)
+    app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
+    app.router.add_route("*", "/{tail:.*}", proxy_handler)
+    app.cleanup_ctx.append(_client_session)
+    app.on_shutdown.append(_mark_shutdown)
+    app.on_cleanup.append(_drain_captures)
+    return app
+
+
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    session = new_session(app[SETTINGS].connect_timeout)
+    app[STATE].session = session
+    yield
+    await session.close()
+
+
+async def _mark_shutdown(app: web.Application) -> None:
+    app[STATE].shutting_down = True
+
+
+async def _drain_captures(app: web.Application) -> None:
+    captures = app[STATE].captures
+    if captures is not None:
+        await captures.drain()
+    tracing = app[STATE].tracing
+    if tracing is not None:
+        await asyncio.to_thread(tracing.shutdown)  # flushes the last spans

@@ -1,0 +1,198 @@
+"""What one request is (immutable facts), what happened to it (a small mutable progress), and
+the record both become: built once, redacted once, frozen, safe for any serialiser."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..capture import Capture
+from ..config import Route
+from ..core import EndReason, ErrorInfo, Interruption, State, StreamTap, Verdict, with_transport
+from ..core.inject import Rule
+from ..inspector import StreamView
+from ..log import redact_processor
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+Record = Mapping[str, Any]
+# orjson refuses integers beyond 64 bits; such a number from a peer is carried as a string.
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+# Responses that carry no body by definition (RFC 9110 §6.4.1).
+NO_BODY_STATUSES = frozenset({204, 304})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What the client asked for, fixed once the request has been admitted."""
+
+    request_id: str
+    method: str
+    path: str  # raw path as sent, query credentials redacted
+    started_at: float  # wall clock, for people
+    start: float  # monotonic, for durations
+    route: Route | None = None
+    model: str | None = None
+    body: bytes = b""
+    inject_rules: tuple[Rule, ...] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
+    core_request: Any = None  # sseproxy.core.request's facts, once the core has them
+
+
+@dataclass
+class Timings:
+    """Clock readings of one request; the core never reads the clock, the shell does."""
+
+    start: float
+    headers: float | None = None
+    last_chunk: float | None = None
+    max_gap: float = 0.0
+    first_content: float | None = None
+    last_content: float | None = None
+    max_content_gap: float = 0.0
+
+    def chunk(self, now: float, content_deltas: int) -> None:
+        """One chunk reached the client (`content_deltas` content deltas in it)."""
+        last = self.last_chunk or self.headers or self.start
+        if now - last > self.max_gap:
+            self.max_gap = now - last
+        self.last_chunk = now
+        if content_deltas:
+            if self.first_content is None:
+                self.first_content = now
+            elif self.last_content is not None:
+                self.max_content_gap = max(self.max_content_gap, now - self.last_content)
+            self.last_content = now
+
+    def fields(self, end: float) -> dict[str, float | None]:
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round((t - self.start) * 1000, 3)
+
+        # Silence up to the end counts too: it is the gap a timeout or a cut ends.
+        content_gap = self.max_content_gap
+        if self.last_content is not None:
+            content_gap = max(content_gap, end - self.last_content)
+        last_byte = self.last_chunk or self.headers
+        max_gap = self.max_gap if last_byte is None else max(self.max_gap, end - last_byte)
+        return {
+            "ttfb_ms": ms(self.headers),
+            "ttft_ms": ms(self.first_content),
+            "duration_ms": round((end - self.start) * 1000, 3),
+            "max_gap_ms": None if last_byte is None else round(max_gap * 1000, 3),
+            "content_gap_ms": round(content_gap * 1000, 3) if self.first_content else None,
+        }
+
+
+@dataclass
+class Progress:
+    """What happened so far; the shell's only mutable per-request state."""
+
+    timings: Timings
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    content_type: str | None = None
+    upstream_request_id: str | None = None
+    stream: bool = False
+    tap: StreamTap | None = None
+    view: StreamView | None = None
+    capture: Capture | None = None
+    span: Span | None = None
+    end: EndReason | str = EndReason.END_OF_INPUT
+    http_complete: bool = False
+    proxy_error: ErrorInfo | None = None
+
+
+def proxy_error(etype: str, message: str) -> ErrorInfo:
+    return ErrorInfo(type=f"sseproxy_{etype}", code=None, message=message)
+
+
+def verdict_of(facts: RequestFacts, progress: Progress) -> Verdict:
+    """Close the tap, then apply what only the shell knows: status, who left, own errors."""
+    from .tapping import close_tap  # the one place that knows the tap's close signature
+
+    end = progress.end
+    tap = progress.tap
+    verdict = close_tap(tap, end, progress.http_complete)
+    if progress.proxy_error is not None:
+        interruption = None if end == EndReason.END_OF_INPUT else Interruption(str(end), 0)
+        return verdict.replace(
+            state=State.HTTP_ERROR, error=progress.proxy_error, interruption=interruption
+        )
+    no_body = facts.method == "HEAD" or progress.status in NO_BODY_STATUSES
+    if no_body and progress.status is not None and 200 <= progress.status < 300:
+        # No body was expected: nothing was cut, and nothing confirms an answer either.
+        return verdict.replace(state=State.UNCONFIRMED, interruption=None)
+    return with_transport(verdict, progress.status, str(end))
+
+
+def build(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Record:
+    """The record: every field a sink may use, redacted once, JSON-safe, read-only."""
+    body = verdict.to_dict()
+    response_model = body.pop("model")
+    route = facts.route
+    fields: dict[str, Any] = {
+        "request_id": facts.request_id,
+        "upstream_request_id": progress.upstream_request_id,
+        "method": facts.method,
+        "path": facts.path,
+        "route": route.name if route else None,
+        "upstream": route.upstream if route else None,
+        "status": progress.status,
+        "content_type": progress.content_type,
+        "model": facts.model,
+        "response_model": response_model,
+        "stream": progress.stream,
+        "http_complete": progress.http_complete,
+        **progress.timings.fields(time.monotonic()),
+        **body,
+    }
+    if facts.inject_rules:
+        fields["injected"] = [str(rule) for rule in facts.inject_rules]
+    if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
+        fields["no_body_expected"] = True
+    fields = dict(redact_processor(None, "", fields))
+    return MappingProxyType(json_safe(fields))
+
+
+def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:
+    """A record with what is surely serialisable, when building the full one failed."""
+    return MappingProxyType(
+        json_safe(
+            {
+                "request_id": facts.request_id,
+                "method": facts.method,
+                "path": facts.path,
+                "status": progress.status,
+                "state": str(State.UNCONFIRMED),
+                "interruption": {"reason": str(progress.end), "partial_event_bytes": 0},
+                "anomalies": {"record_error": 1},
+                "error": {"type": "sseproxy_record_error", "message": repr(why)[:300]},
+            }
+        )
+    )
+
+
+def json_safe(value: Any) -> Any:
+    """A copy any JSON serialiser accepts: lone surrogates escaped, huge integers as strings."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if INT_MIN <= value <= INT_MAX else str(value)
+    if isinstance(value, Mapping):
+        return {str(json_safe(str(k))): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value))
+    return json_safe(str(value))

@@ -1,0 +1,325 @@
+"""Upstream exchange and the one relay loop: chunk -> [injector] -> write -> tap -> timings.
+
+Every read and write sits inside `UPSTREAM_IO` / `CLIENT_IO`, so a failure arrives here as
+`Ended(reason)`; the loop itself never decides why a stream ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from ..capture import redact_headers
+from ..config import Settings
+from ..core import Dialect, EndReason, TapOptions
+from ..core.dialects import detect
+from ..core.inject import Close as InjectClose
+from ..core.inject import Injector
+from ..core.inject import Pause as InjectPause
+from ..core.inject import Write as InjectWrite
+from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
+from .admission import INJECT_HEADER, Refused, via_entry
+from .errors import CLIENT_IO, UPSTREAM_IO, Ended, IdleTimeout
+from .tapping import open_tap
+from .upstream import BadTarget, forwardable, refusal, upstream_url
+
+if TYPE_CHECKING:
+    from .app import Exchange, ProxyState
+
+REQUEST_ID_HEADER = "x-sseproxy-request-id"
+UPSTREAM_REQUEST_ID_HEADERS = (
+    "x-request-id",
+    "request-id",
+    "x-goog-request-id",
+    "x-amzn-requestid",
+    "x-generation-id",
+    "cf-ray",
+)
+# How a failure before any response header is named in the proxy's own 502/504.
+UPSTREAM_ERROR_TYPES = {
+    EndReason.IDLE_TIMEOUT: "upstream_timeout",
+    EndReason.UPSTREAM_UNREACHABLE: "upstream_unreachable",
+    EndReason.UPSTREAM_RESET: "upstream_reset",
+    EndReason.UPSTREAM_PROTOCOL_ERROR: "upstream_protocol_error",
+    EndReason.UPSTREAM_CLOSED: "upstream_closed",
+}
+
+
+class IdleWatch:
+    """Cuts a stream after `timeout` seconds without an upstream byte.
+
+    The relay only stores the time of each chunk in `last`; one timer per idle period checks
+    it. (A timer re-armed per chunk costs more than all of the analysis.)
+    """
+
+    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self.on_expiry = on_expiry
+        self.last = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(timeout, self._check)
+
+    def _check(self) -> None:
+        deadline = self.last + self.timeout
+        if time.monotonic() >= deadline:
+            self.on_expiry()
+        else:
+            self._handle = self._loop.call_later(deadline - time.monotonic(), self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+class Identity:
+    """The relay's transformation when no drill is asked for: each chunk as it came."""
+
+    done = False
+
+    def feed(self, chunk: bytes) -> Sequence[Any]:
+        return (chunk,)
+
+    def finish(self) -> Sequence[Any]:
+        return ()
+
+
+class Drill:
+    """The Injector as the relay's transformation: writes become bytes, other steps stay."""
+
+    def __init__(self, injector: Injector) -> None:
+        self.injector = injector
+
+    @property
+    def done(self) -> bool:
+        return self.injector.done
+
+    def feed(self, chunk: bytes) -> Sequence[Any]:
+        return [s.data if isinstance(s, InjectWrite) else s for s in self.injector.feed(chunk)]
+
+    def finish(self) -> Sequence[Any]:
+        return [s.data if isinstance(s, InjectWrite) else s for s in self.injector.finish()]
+
+
+def public_upstream(upstream: str) -> str:
+    """The upstream as it may be shown: never its userinfo."""
+    return str(URL(upstream).with_user(None))
+
+
+async def forward(
+    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+) -> web.StreamResponse:
+    """Send the admitted request upstream and relay its response."""
+    facts = x.facts
+    route = facts.route
+    assert route is not None and state.session is not None
+    try:
+        url = upstream_url(route, request.raw_path)
+    except BadTarget as exc:
+        raise Refused(400, "bad_target", str(exc)) from exc
+    headers = forwardable(
+        request.headers, drop=frozenset({"host", "content-length", "expect", INJECT_HEADER})
+    )
+    headers["Via"] = ", ".join([*request.headers.getall("Via", []), via_entry(state)])
+    if state.tracing is not None:
+        x.progress.span = state.tracing.start(
+            request.headers, headers, request.method, request.path
+        )
+    try:
+        with UPSTREAM_IO:
+            async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
+                upstream = await state.session.request(
+                    request.method,
+                    url,
+                    headers=headers,
+                    data=facts.body or None,
+                    allow_redirects=False,
+                )
+    except Ended as ended:
+        status = 504 if ended.reason is EndReason.IDLE_TIMEOUT else 502
+        raise Refused(
+            status,
+            UPSTREAM_ERROR_TYPES.get(ended.reason, "upstream_unreachable"),
+            ended.cause,
+            end=ended.reason,
+            upstream=public_upstream(route.upstream),
+        ) from ended
+
+    def expire() -> None:
+        upstream.content.set_exception(
+            IdleTimeout(f"no upstream byte for {settings.idle_timeout} s")
+        )
+        upstream.close()
+
+    watch = IdleWatch(settings.idle_timeout, expire)
+    try:
+        return await respond(request, x, state, settings, upstream, watch)
+    finally:
+        watch.stop()
+        if x.progress.http_complete and upstream.content.at_eof():
+            upstream.release()  # keep the upstream connection for the next request
+        else:
+            upstream.close()  # stop generation (and billing) now; never reuse it
+
+
+async def respond(
+    request: web.Request,
+    x: Exchange,
+    state: ProxyState,
+    settings: Settings,
+    upstream: aiohttp.ClientResponse,
+    watch: IdleWatch,
+) -> web.StreamResponse:
+    """Check the response head, start the client's response, relay, end it as upstream did."""
+    p = x.progress
+    p.timings.headers = time.monotonic()
+    why = refusal(upstream)
+    if why is not None:
+        raise Refused(
+            502,
+            "upstream_protocol_error",
+            f"upstream response {upstream.status} refused: {why}",
+            end=EndReason.UPSTREAM_PROTOCOL_ERROR,
+        )
+    p.status = upstream.status
+    begin(request, x, state, settings, upstream)
+    headers = forwardable(upstream.headers)
+    if x.facts.inject_rules:
+        headers.popall("Content-Length", None)  # the drill changes the body's length
+    headers[REQUEST_ID_HEADER] = x.facts.request_id
+    if p.stream:
+        headers["X-Accel-Buffering"] = "no"
+        headers["Cache-Control"] = "no-cache"
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    transform: Identity | Drill = Identity()
+    if x.facts.inject_rules:
+        assert p.tap is not None
+        ndjson = "ndjson" in (p.content_type or "").lower()
+        transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, ndjson=ndjson))
+    try:
+        with CLIENT_IO:
+            await response.prepare(request)
+        await relay(x, upstream, response, transform, watch, settings)
+        # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
+        # may still say `interrupted` (no terminal event): that is what the record is for.
+        p.end, p.http_complete = EndReason.UPSTREAM_CLOSED, True
+    except Ended as ended:
+        p.end, p.http_complete = ended.reason, False
+    if p.http_complete:
+        with contextlib.suppress(Exception):
+            await response.write_eof()  # a client that left after the last byte changes nothing
+    else:
+        break_downstream(request)
+    return response
+
+
+async def relay(
+    x: Exchange,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    transform: Identity | Drill,
+    watch: IdleWatch,
+    settings: Settings,
+) -> None:
+    """One upstream chunk, through the transformation, written at once, then accounted for."""
+    p = x.progress
+    tap, timings, capture = p.tap, p.timings, p.capture
+    assert tap is not None and p.view is not None
+    timeline = p.view.timeline
+    read, write = upstream.content.readany, response.write
+    backlog = hasattr(tap, "backlog")  # the core's bounded-analysis API, once it exists
+    while True:
+        with UPSTREAM_IO:
+            chunk = await read()
+        watch.last = time.monotonic()
+        if capture is not None and chunk:
+            capture.chunk(chunk, watch.last)
+        for out in transform.feed(chunk) if chunk else transform.finish():
+            if type(out) is not bytes:
+                await perform(out, upstream, settings)
+                continue
+            try:
+                with CLIENT_IO:
+                    await write(out)
+            finally:  # counted even when the write failed: these bytes did arrive
+                now = time.monotonic()
+                deltas = tap.feed(out)
+                timings.chunk(now, deltas)
+                if len(timeline) < TIMELINE_POINTS:
+                    timeline.append((now, len(out), deltas))
+            if backlog:
+                while tap.backlog:  # type: ignore[attr-defined,unused-ignore]
+                    await asyncio.sleep(0)  # analysis in slices: the loop stays responsive
+                    timings.chunk(now, tap.pump())  # type: ignore[attr-defined,unused-ignore]
+        if not chunk or transform.done:
+            return
+
+
+async def perform(step: Any, upstream: aiohttp.ClientResponse, settings: Settings) -> None:
+    """A drill step other than a write."""
+    if isinstance(step, InjectPause):
+        await asyncio.sleep(step.milliseconds / 1000)
+    elif isinstance(step, InjectClose):
+        raise Ended(EndReason.UPSTREAM_CLOSED, "drill: cut")
+    else:  # a stall: the client sees silence until the idle timeout
+        upstream.close()
+        await asyncio.sleep(settings.idle_timeout)
+        raise Ended(EndReason.IDLE_TIMEOUT, "drill: stall")
+
+
+def begin(
+    request: web.Request,
+    x: Exchange,
+    state: ProxyState,
+    settings: Settings,
+    upstream: aiohttp.ClientResponse,
+) -> None:
+    """Open the tap, the inspector's view and the capture for this response."""
+    p, facts = x.progress, x.facts
+    dialect: Dialect | None = facts.route.dialect if facts.route else None
+    if settings.dialect != "auto":
+        dialect = Dialect(settings.dialect)
+    dialect = dialect or detect(request.method, request.path, upstream.headers)
+    p.content_type = upstream.headers.get("Content-Type")
+    ctype = (p.content_type or "").lower()
+    p.stream = "text/event-stream" in ctype or "ndjson" in ctype
+    p.tap = open_tap(
+        dialect,
+        p.content_type,
+        upstream.headers.get("Content-Encoding"),
+        TapOptions(
+            max_event_bytes=settings.max_event_bytes,
+            content_chars=CONTENT_CHARS if settings.keep_content else 0,
+        ),
+    )
+    for name in UPSTREAM_REQUEST_ID_HEADERS:
+        if name in upstream.headers:
+            p.upstream_request_id = upstream.headers[name]
+            break
+    p.response_headers = redact_headers(upstream.headers)
+    p.view = StreamView(
+        facts.request_id,
+        facts.method,
+        facts.path,
+        facts.started_at,
+        facts.start,
+        model=facts.model,
+        dialect=str(dialect) if dialect else None,
+        status=p.status,
+        tap=p.tap,
+    )
+    state.inspector.started(p.view)
+    if state.captures is not None:
+        p.capture = state.captures.new(facts.request_id, facts.start)
+
+
+def break_downstream(request: web.Request) -> None:
+    """Close the client connection without a clean end, so the client sees the break."""
+    transport = request.transport
+    if transport is not None and not transport.is_closing():
+        transport.close()

@@ -1,0 +1,85 @@
+"""Sinks receive the finished record, each behind its own guard (mitmproxy's `safecall`): a
+sink that raises never changes a client's bytes or ending; it is counted
+(`sseproxy_sink_errors_total{sink}`) and reported once per sink on stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..capture import redact_headers
+from ..core import Verdict
+from ..log import level_for, redact_processor
+from .record import Progress, Record, RequestFacts, json_safe
+
+if TYPE_CHECKING:
+    from .app import ProxyState
+
+log = structlog.get_logger("sseproxy")
+
+
+def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            state.metrics.sink_failed(sink)
+        if sink not in state.failed_sinks:
+            state.failed_sinks.add(sink)
+            with contextlib.suppress(Exception):
+                # Once per sink: a broken pipe on every request must not flood stderr too.
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                sys.stderr.write(f"sseproxy: the {sink} sink failed (reported once): {detail}\n")
+                sys.stderr.flush()
+
+
+def deliver(
+    state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
+) -> None:
+    """Hand the one record to every sink; none sees anything the record does not hold."""
+    safecall(
+        state, "log", lambda: log.log(level_for(str(record["state"])), "request.finished", **record)
+    )
+    safecall(
+        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, dict(record))
+    )
+    inspector = state.inspector
+    tap = progress.tap
+    text = tap.primary_text() if inspector.keep_content and tap is not None else None
+    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, dict(record), text))
+    tracing = state.tracing
+    span = progress.span
+    if span is not None and tracing is not None:
+        safecall(state, "tracing", lambda: tracing.end(span, verdict, dict(record)))
+    captures, capture = state.captures, progress.capture
+    if capture is not None and captures is not None:
+
+        def save() -> None:
+            captures.save(capture, capture_meta(state, facts, progress, verdict, record))
+
+        safecall(state, "capture", save)
+
+
+def capture_meta(
+    state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
+) -> dict[str, Any]:
+    assert state.captures is not None
+    return {
+        "method": facts.method,
+        "path": record["path"],
+        "request_headers": redact_headers(facts.headers),
+        "request_body_base64": state.captures.request_body(facts.body),
+        "status": progress.status,
+        "response_headers": progress.response_headers,
+        "dialect": str(verdict.dialect),
+        "content_encoding": progress.response_headers.get("Content-Encoding"),
+        "end": str(progress.end),
+        "http_complete": progress.http_complete,
+        "verdict": json_safe(redact_processor(None, "", verdict.to_dict())),
+        "record": dict(record),
+    }

@@ -1,0 +1,186 @@
+"""The upstream side: pooled connections that cannot carry one response to another request,
+the upstream URL built structurally, and the checks a response head must pass to be forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from multidict import CIMultiDict
+from yarl import URL
+
+from ..config import Route
+from .errors import UpstreamFramingError
+
+# RFC 9110 §7.6.1: connection-specific fields a proxy must not forward. `Expect` too: the
+# proxy has read the whole body before it connects, so nobody will answer a `100 Continue`.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+
+class IsolatedHandler(ResponseHandler):
+    """aiohttp's protocol, with two rules that keep each response with its own request.
+
+    - A byte that arrives while no response is expected (the connection idle in the pool, or
+      after the current response's framing ended) poisons the connection: it is closed, never
+      reused. Otherwise a late, complete second response would answer the next request.
+    - A framing error in the middle of a body is delivered to the body's reader at once
+      (aiohttp only closes the transport, and the reader would wait for the idle timeout).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.expecting = True  # a new connection is made for a request
+
+    def data_received(self, data: bytes) -> None:
+        if data and not self.expecting:
+            self.force_close()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        super().data_received(data)
+
+    def feed_data(self, data: Any, *args: Any) -> None:
+        message, payload = data
+        if not 100 <= message.code < 200 or message.code == 101:  # a final response
+            payload.on_eof(self._response_ended)
+        if head_refusal(message.code, message.reason, message.raw_headers) is not None:
+            self.force_close()  # the proxy refuses this response: never reuse its connection
+        super().feed_data(data, *args)
+
+    def _response_ended(self) -> None:
+        self.expecting = False
+
+    def set_exception(self, exc: BaseException, exc_cause: Any = None) -> None:
+        payload = self._payload
+        if exc_cause is None:
+            super().set_exception(exc)
+        else:
+            super().set_exception(exc, exc_cause)
+        if payload is not None and not payload.is_eof() and payload.exception() is None:
+            error = UpstreamFramingError(f"upstream framing error: {exc}")
+            error.__cause__ = exc
+            payload.set_exception(error)
+
+
+class IsolatedConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose connections are `IsolatedHandler`s, re-armed when reused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # aiohttp builds protocols from this factory (private, but the one seam it has).
+        self._factory = functools.partial(IsolatedHandler, loop=self._loop)  # type: ignore[assignment]
+
+    async def _get(self, key: Any, traces: Any) -> Any:
+        connection = await super()._get(key, traces)
+        if connection is not None and isinstance(connection.protocol, IsolatedHandler):
+            connection.protocol.expecting = True
+        return connection
+
+
+def new_session(connect_timeout: float) -> aiohttp.ClientSession:
+    # No sock_read: aiohttp would cancel and re-arm a timer on every chunk received. The idle
+    # timeout is an IdleWatch per request instead, re-armed once per idle period.
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout),
+        connector=IsolatedConnector(limit=0),  # our own limit is max_concurrent_streams
+        auto_decompress=False,  # the client gets the upstream's bytes, compressed or not
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )
+
+
+def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """Copy headers minus hop-by-hop ones, including those named in `Connection`."""
+    named: set[str] = set()
+    for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
+        named.update(token.strip().lower() for token in value.split(","))
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower in named or lower in drop:
+            continue
+        out.add(name, value)
+    return out
+
+
+class BadTarget(ValueError):
+    """The URL built for a request would leave the route's scheme, host or port."""
+
+
+def upstream_url(route: Route, raw_target: str) -> URL:
+    """The route's upstream plus the client's path and query exactly as the client sent them.
+
+    Scheme, host and port come only from the route; the path is appended as raw bytes, never
+    decoded (`%3F` stays in the path, `%2F` stays a character of a segment). `strip_prefix`
+    is removed only on a segment boundary, so the rest always starts with `/`.
+    """
+    raw_path, _, raw_query = raw_target.partition("?")
+    prefix = route.strip_prefix.rstrip("/")
+    if prefix and (raw_path == prefix or raw_path.startswith(prefix + "/")):
+        raw_path = raw_path[len(prefix) :] or "/"
+    if not raw_path.startswith("/"):
+        raise BadTarget(f"path {raw_path[:100]!r} does not start with /")
+    base = URL(route.upstream)
+    url = URL.build(
+        scheme=base.scheme,
+        user=base.raw_user,
+        password=base.raw_password,
+        host=base.raw_host or "",
+        port=base.explicit_port,
+        path=base.raw_path.rstrip("/") + raw_path,
+        query_string=raw_query,
+        encoded=True,
+    )
+    if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
+        raise BadTarget(f"{url.host}:{url.port} is not the route's upstream")
+    return url
+
+
+def _unforwardable(value: bytes) -> bool:
+    return any(b >= 0x7F or (b < 0x20 and b != 0x09) for b in value)
+
+
+def refusal(upstream: aiohttp.ClientResponse) -> str | None:
+    """Why this response head cannot be forwarded faithfully, or None when it can."""
+    return head_refusal(upstream.status, upstream.reason or "", upstream.raw_headers)
+
+
+def head_refusal(
+    status: int, reason: str, raw_headers: tuple[tuple[bytes, bytes], ...]
+) -> str | None:
+    """The proxy forwards a head as the bytes it was or not at all: aiohttp's server would
+    drop bytes 0x80-0xFF and fail on control characters, silently altering the response."""
+    if not 100 <= status <= 599:
+        return f"invalid status code {status}"
+    if status < 200:  # aiohttp hands on only 101; the proxy does not tunnel upgrades
+        return f"status {status} cannot be forwarded (no protocol upgrades)"
+    if _unforwardable(reason.encode("utf-8", "surrogateescape")):
+        return "the reason phrase carries a control or non-ASCII byte"
+    codings: list[str] = []
+    for name, value in raw_headers:
+        if _unforwardable(value):
+            header = name.decode("ascii", "replace")[:100]
+            return f"header {header} carries a control or non-ASCII byte"
+        if name.lower() == b"transfer-encoding":
+            codings += [t.strip().lower() for t in value.decode("ascii").split(",") if t.strip()]
+    if codings and codings != ["chunked"]:
+        return f"unsupported transfer coding {', '.join(codings)[:100]}"
+    return None
