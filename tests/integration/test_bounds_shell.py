@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
-
 from sseproxy.proxy import STATE
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse
@@ -78,7 +76,7 @@ async def test_request_bodies_in_flight_are_bounded_in_total(upstream, make_prox
     fake.script(PATH, Script([Send(COMPLETE)]))
     client = await make_proxy(max_total_request_body_bytes=1000)
     state = client.app[STATE]
-    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
     writer.write(head(900) + b" " * 600)
     await until(lambda: state.body_bytes == 600, "the proxy holds 600 body bytes")
     resp = await client.post(PATH, data=b" " * 401)  # 600 + 401 > 1000
