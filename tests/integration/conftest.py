@@ -29,13 +29,22 @@ class LogCapture:
     def __init__(self) -> None:
         self.written = asyncio.Event()
         self.stream = _NotifyingStream(self.written)
+        self._parsed: list[dict[str, Any]] = []
+        self._offset = 0
 
     def lines(self) -> list[str]:
         return self.stream.getvalue().splitlines()
 
     def records(self) -> list[dict[str, Any]]:
-        out = [json.loads(line) for line in self.lines()]
-        return [r for r in out if r.get("event") == "request.finished"]
+        text = self.stream.getvalue()
+        end = text.rfind("\n") + 1  # parse each complete line once
+        if end > self._offset:
+            for line in text[self._offset : end].splitlines():
+                record = json.loads(line)
+                if record.get("event") == "request.finished":
+                    self._parsed.append(record)
+            self._offset = end
+        return list(self._parsed)
 
     async def wait(self, n: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
         """The records, once at least `n` were written (woken by each write, no polling)."""
