@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .dialects import sniff
+from .dialects import sniff, spec_for
 from .events import SSEEvent
 from .framing import SSEDecoder
 from .verdict import Dialect
@@ -150,76 +150,16 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
-    if ndjson:
-        return b'"done":true' in raw.replace(b" ", b"")
-    event = _parse(raw)
-    if event is None:
-        return False
-    etype, data = event.type, event.data
-    if data == "[DONE]":
-        return dialect in (None, Dialect.OPENAI_CHAT, Dialect.VERCEL_UI, Dialect.SSE)
-    if dialect is Dialect.OPENAI_CHAT:
-        # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
-        return '"finish_reason":"' in data.replace(" ", "")
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return etype == "message_stop" or '"message_stop"' in data
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return etype in ("response.completed", "response.incomplete", "response.failed")
-    if dialect is Dialect.GEMINI:
-        return '"finishReason"' in data
-    if dialect is Dialect.VERCEL_UI:
-        return '"type":"finish"' in data.replace(" ", "")
-    return False
+    return spec_for(dialect).drills.is_terminal(None if ndjson else _parse(raw), raw)
 
 
 def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
     """The dialect's own in-band error; `sequence_number` continues a Responses stream's."""
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OPENAI_RESPONSES:
-        # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
-        # `sequence_number` as a schema mismatch and never shows the message).
-        event = {
-            "type": "error",
-            "code": "server_error",
-            "message": "The server had an error (injected)",
-            "param": None,
-            "sequence_number": sequence_number,
-        }
-        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
-    if dialect is Dialect.GEMINI:
-        body = {
-            "error": {
-                "code": 503,
-                "message": "The model is overloaded (injected)",
-                "status": "UNAVAILABLE",
-            }
-        }
-        return b"data: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OLLAMA:
-        return (
-            json.dumps({"error": "model runner has unexpectedly stopped (injected)"}).encode()
-            + b"\n"
-        )
-    if dialect is Dialect.VERCEL_UI:
-        return b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
-    body = {
-        "error": {
-            "message": "The server had an error (injected)",
-            "type": "server_error",
-            "code": "injected",
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return spec_for(dialect).drills.error(sequence_number)
 
 
 def end_marker(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    if dialect is Dialect.OLLAMA:
-        return b'{"done":true}\n'
-    return b"data: [DONE]\n\n"
+    return spec_for(dialect).drills.end_marker
 
 
 def to_crlf(raw: bytes) -> bytes:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .dialects import Assembler, new_assembler, sniff, sniff_body
-from .dialects.base import DEFAULT_CONTENT_CHARS, Outcome, loads
+from .dialects import Assembler, new_assembler, sniff, sniff_body, spec_for
+from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly, loads
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, SSEEvent
 from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
@@ -401,62 +401,60 @@ class StreamTap:
             partial = self._sse.partial_bytes
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
         body_complete = http_complete and end in CLEAN_ENDS
-        outcome = assembler.conclude(partial > 0, body_complete)
-        state = self._transport_rule(outcome, assembler, end, body_complete)
+        result = assembler.summarize(partial > 0, body_complete)
+        outcome = result.outcome
+        state = self._transport_rule(result, end, body_complete)
         if self._blind is not None and not (
-            state is State.FAILED or (assembler.terminal and state is State.INCOMPLETE)
+            state is State.FAILED or (result.terminal and state is State.INCOMPLETE)
         ):
             # Part of the stream went unseen: whatever came after could change the verdict.
             state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
-        self._request_checks(state, outcome, assembler)
+        self._request_checks(state, result)
         interruption = None
         if state is State.INTERRUPTED or (
-            end == EndReason.CLIENT_DISCONNECTED and not assembler.terminal
+            end == EndReason.CLIENT_DISCONNECTED and not result.terminal
         ):
             interruption = Interruption(end, partial)
-        tool_calls = assembler.tool_call_summaries()
-        anomalies = self.anomalies + assembler.anomalies
+        anomalies = self.anomalies + result.anomalies
         last_id = self._sse.last_event_id if self._sse else ""
         return Verdict(
-            dialect=assembler.dialect,
+            dialect=result.dialect,
             state=state,
             finish_reason=outcome.finish_reason,
             finish_category=outcome.finish_category,
             finish_reasons=outcome.finish_reasons,
-            last_event=assembler.last_event,
+            last_event=result.last_event,
             last_event_id=last_id or None,
             interruption=interruption,
             http_complete=http_complete,
-            error=assembler.error,
+            error=result.error,
             anomalies=dict(sorted(anomalies.items())),
             bytes=self.bytes,
             events=self.events,
             comments=self.comments,
-            text_chars=assembler.text.chars,
-            reasoning_chars=assembler.reasoning.chars,
-            refusal_chars=assembler.refusal.chars,
-            tool_calls=tool_calls,
-            server_tool_calls=tuple(assembler.server_tool_calls),
-            usage=assembler.usage,
-            response_id=assembler.response_id,
-            model=assembler.model,
+            text_chars=result.text_chars,
+            reasoning_chars=result.reasoning_chars,
+            refusal_chars=result.refusal_chars,
+            tool_calls=result.tool_calls,
+            server_tool_calls=result.server_tool_calls,
+            usage=result.usage,
+            response_id=result.response_id,
+            model=result.model,
         )
 
-    def _transport_rule(
-        self, outcome: Outcome, assembler: Assembler, end: str, body_complete: bool
-    ) -> State:
+    def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:
         """How the bytes ended decides whether the events' outcome stands (PROTOCOLS §9.2 plus
         the HTTP framing): a truncated body is `interrupted` unless the end marker (or an
         in-band error) had arrived; a client that left after the outcome was known keeps it."""
-        state = outcome.state
+        state = result.outcome.state
         if self.bytes == 0 and state is not State.FAILED:
             self.anomalies["empty_body"] += 1
             return State.UNCONFIRMED if body_complete else State.INTERRUPTED
         if body_complete:
             return state
-        if assembler.terminal or assembler.error is not None:
+        if result.terminal or result.error is not None:
             if end != EndReason.CLIENT_DISCONNECTED:
                 self.anomalies["truncated_after_terminal"] += 1
             return state
@@ -465,17 +463,17 @@ class StreamTap:
             return state
         return State.INTERRUPTED
 
-    def _request_checks(self, state: State, outcome: Outcome, assembler: Assembler) -> None:
+    def _request_checks(self, state: State, result: Assembly) -> None:
         """Compare the response with what the request asked for."""
         facts = self.request
-        if facts.stream_framing and self.framing is Framing.JSON_BODY and assembler.error is None:
+        if facts.stream_framing and self.framing is Framing.JSON_BODY and result.error is None:
             self.anomalies["stream_not_honoured"] += 1
         if state not in (State.COMPLETED, State.INCOMPLETE):
             return
-        if facts.include_usage and assembler.usage is None:
+        if facts.include_usage and result.usage is None:
             self.anomalies["usage_missing"] += 1
         if facts.choices is not None and facts.choices > 1:
-            finished = outcome.finish_reasons or (outcome.finish_reason,)
+            finished = result.outcome.finish_reasons or (result.outcome.finish_reason,)
             if sum(1 for r in finished if r is not None) < facts.choices:
                 self.anomalies["choices_missing"] += 1
 
@@ -490,8 +488,9 @@ class StreamTap:
         """The visible answer of choice / candidate 0 (all parts for single-message dialects)."""
         if self.assembler is None:
             return ""
-        if self.assembler.dialect in (Dialect.OPENAI_CHAT, Dialect.GEMINI):
-            return self.assembler.text.group_text(0)
+        group = spec_for(self.assembler.dialect).primary_group
+        if group is not None:
+            return self.assembler.text.group_text(group)
         return self.assembler.text.all_text()
 
     def describe(self) -> dict[str, Any]:

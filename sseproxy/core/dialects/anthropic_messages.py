@@ -11,6 +11,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig, dumps
+from .spec import DialectSpec, Drills, sse_event
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -186,3 +187,32 @@ class AnthropicMessagesAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = STOP_REASONS[reason]
         return Outcome(state, reason, category)
+
+
+EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+SPEC = DialectSpec(
+    dialect=Dialect.ANTHROPIC_MESSAGES,
+    assembler=AnthropicMessagesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            event is not None and (event.type == "message_stop" or '"message_stop"' in event.data)
+        ),
+        error=lambda _: sse_event(OVERLOADED, "error"),
+        end_marker=sse_event({"type": "message_stop"}, "message_stop"),
+    ),
+    path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
+    event_types=EVENTS,
+    sniff=lambda obj: obj.get("type") in EVENTS or obj.get("type") == "message",
+    otel_provider="anthropic",
+)

@@ -36,6 +36,27 @@ class Outcome:
     finish_reasons: tuple[str | None, ...] | None = None  # per choice, when more than one
 
 
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """Everything an assembler concluded, as one value: the tap turns it into the verdict
+    without reading the assembler's state."""
+
+    dialect: Dialect
+    outcome: Outcome
+    terminal: bool  # the dialect's explicit end marker arrived
+    error: ErrorInfo | None
+    last_event: str | None
+    text_chars: int
+    reasoning_chars: int
+    refusal_chars: int
+    tool_calls: tuple[ToolCallSummary, ...]
+    server_tool_calls: tuple[str, ...]
+    usage: Usage | None
+    response_id: str | None
+    model: str | None
+    anomalies: Counter[str]
+
+
 class ContentStore:
     """Counts the code points of one kind of content, per part; keeps the text up to a cap.
 
@@ -248,6 +269,31 @@ class Assembler:
             return True
         return False
 
+    def summarize(self, partial: bool, body_complete: bool) -> Assembly:
+        """Conclude (see `conclude`) and hand over the result as one immutable value."""
+        outcome = self.conclude(partial, body_complete)
+        tool_calls = tuple(call.summary() for call in self.tool_calls.values())
+        anomalies = Counter(self.anomalies)
+        invalid = sum(1 for call in tool_calls if not call.arguments_valid_json)
+        if invalid:
+            anomalies["invalid_tool_arguments"] += invalid
+        return Assembly(
+            dialect=self.dialect,
+            outcome=outcome,
+            terminal=self.terminal,
+            error=self.error,
+            last_event=self.last_event,
+            text_chars=self.text.chars,
+            reasoning_chars=self.reasoning.chars,
+            refusal_chars=self.refusal.chars,
+            tool_calls=tool_calls,
+            server_tool_calls=tuple(self.server_tool_calls),
+            usage=self.usage,
+            response_id=self.response_id,
+            model=self.model,
+            anomalies=anomalies,
+        )
+
     # -- helpers for the dialects -----------------------------------------------------------
 
     def parse(self, data: str | bytes) -> Any:
@@ -313,10 +359,3 @@ class Assembler:
             self.error = error_info(obj)
         else:
             self.anomalies["repeated_error"] += 1
-
-    def tool_call_summaries(self) -> tuple[ToolCallSummary, ...]:
-        summaries = tuple(call.summary() for call in self.tool_calls.values())
-        invalid = sum(1 for s in summaries if not s.arguments_valid_json)
-        if invalid:
-            self.anomalies["invalid_tool_arguments"] += invalid
-        return summaries

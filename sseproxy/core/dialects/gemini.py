@@ -13,6 +13,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, dumps
+from .spec import DialectSpec, Drills, sse_event
 
 CATEGORY = {
     "STOP": FinishCategory.STOP,
@@ -216,3 +217,30 @@ class GeminiAssembler(Assembler):
                 return Outcome(State.INCOMPLETE, reason, category, per_choice)
         category = FinishCategory.TOOL_USE if self.tool_calls else FinishCategory.STOP
         return Outcome(State.COMPLETED, first, category, per_choice)
+
+
+def _is_gemini(obj: dict[str, Any]) -> bool:
+    if "candidates" in obj or "promptFeedback" in obj or "usageMetadata" in obj:
+        return True
+    error = obj.get("error")  # google.rpc.Status: {"code": 404, "status": "NOT_FOUND", ...}
+    return isinstance(error, dict) and isinstance(error.get("status"), str) and "code" in error
+
+
+UNAVAILABLE = {
+    "error": {"code": 503, "message": "The model is overloaded (injected)", "status": "UNAVAILABLE"}
+}
+
+SPEC = DialectSpec(
+    dialect=Dialect.GEMINI,
+    assembler=GeminiAssembler,
+    # No end marker: the chunks with a finishReason are all the terminal evidence there is.
+    drills=Drills(
+        is_terminal=lambda event, raw: event is not None and '"finishReason"' in event.data,
+        error=lambda _: sse_event(UNAVAILABLE),
+    ),
+    path_suffixes=(":streamGenerateContent", ":generateContent"),
+    sniff=_is_gemini,
+    otel_operation="generate_content",
+    otel_provider="gcp.gemini",
+    primary_group=0,
+)

@@ -12,6 +12,7 @@ from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
+from .spec import DialectSpec, Drills, done_marker, generic_error
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
@@ -196,3 +197,23 @@ class OpenAIChatAssembler(Assembler):
         elif self.refusal.chars and not self.text.chars:
             category = FinishCategory.REFUSAL
         return Outcome(State.COMPLETED, reasons[0], category, per_choice)
+
+
+def _chat_terminal(event: SSEEvent | None, raw: bytes) -> bool:
+    # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
+    return done_marker(event, raw) or (
+        event is not None and '"finish_reason":"' in event.data.replace(" ", "")
+    )
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_CHAT,
+    assembler=OpenAIChatAssembler,
+    drills=Drills(is_terminal=_chat_terminal, error=generic_error),
+    path_suffixes=("/chat/completions",),
+    sniff=lambda obj: (
+        "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion")
+    ),
+    otel_provider="openai",
+    primary_group=0,
+)

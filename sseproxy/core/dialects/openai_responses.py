@@ -20,6 +20,7 @@ from .base import (
     error_info,
     ident,
 )
+from .spec import DialectSpec, Drills, sse_event
 
 TERMINALS = {
     "response.completed": State.COMPLETED,
@@ -284,3 +285,33 @@ class OpenAIResponsesAssembler(Assembler):
                 category = FinishCategory.STOP
             return Outcome(State.COMPLETED, final or "completed", category)
         return Outcome(State.INTERRUPTED, None, None)
+
+
+def _responses_error(sequence_number: int) -> bytes:
+    # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
+    # `sequence_number` as a schema mismatch and never shows the message).
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error (injected)",
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return sse_event(event, "error")
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_RESPONSES,
+    assembler=OpenAIResponsesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: event is not None and event.type in TERMINALS,
+        error=_responses_error,
+    ),
+    path_suffixes=("/responses",),
+    path_contains=("/responses/",),
+    event_prefix="response.",
+    sniff=lambda obj: (
+        str(obj.get("type")).startswith("response.") or obj.get("object") == "response"
+    ),
+    otel_provider="openai",
+)
