@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..events import Line
+from ..events import Framing, Line
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dumps
 from .spec import NDJSON_MEDIA_TYPE, DialectSpec, Drills
@@ -116,5 +116,6 @@ SPEC = DialectSpec(
     content_types=("ndjson",),
     sniff=lambda obj: "done" in obj and ("message" in obj or "response" in obj),
     media_type=NDJSON_MEDIA_TYPE,
+    framing=Framing.NDJSON,
     otel_provider="ollama",
 )

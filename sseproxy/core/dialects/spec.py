@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import SSEEvent
+from ..events import Framing, SSEEvent
 from ..verdict import Dialect
 from .base import Assembler
 
@@ -65,6 +65,7 @@ class DialectSpec:
     event_prefix: str | None = None
     sniff: Callable[[dict[str, Any]], bool] | None = None
     media_type: str = SSE_MEDIA_TYPE
+    framing: Framing = Framing.SSE  # the framing its streams use (NDJSON for Ollama)
     otel_operation: str | None = "chat"
     otel_provider: str | None = None
     primary_group: Hashable | None = None
