@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .shell.app import OWN_PREFIX, SETTINGS, STATE, ProxyState, create_app, is_loopback
-from .shell.tapping import request_model
 
 __all__ = [
     "OWN_PREFIX",
@@ -12,5 +11,4 @@ __all__ = [
     "ProxyState",
     "create_app",
     "is_loopback",
-    "request_model",
 ]

@@ -10,9 +10,9 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `stall-after=N`: after N events nothing more is sent; the connection stays open.
 - `cut-after=N`: after N events the connection is closed without ending the HTTP body.
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
-- `drop-terminal`: the dialect's terminal signal is removed: `[DONE]`, `message_stop`,
-  `response.completed/incomplete/failed`, Gemini chunks with a `finishReason`, Ollama's
-  `done: true` line, Vercel's `finish` and `[DONE]`.
+- `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
+  `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`.
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .dialects import sniff
+from .dialects import sniff, spec_for
 from .events import SSEEvent
 from .framing import SSEDecoder
 from .verdict import Dialect
@@ -150,71 +150,16 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
-    if ndjson:
-        return b'"done":true' in raw.replace(b" ", b"")
-    event = _parse(raw)
-    if event is None:
-        return False
-    etype, data = event.type, event.data
-    if data == "[DONE]":
-        return dialect in (None, Dialect.OPENAI_CHAT, Dialect.VERCEL_UI, Dialect.SSE)
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return etype == "message_stop" or '"message_stop"' in data
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return etype in ("response.completed", "response.incomplete", "response.failed")
-    if dialect is Dialect.GEMINI:
-        return '"finishReason"' in data
-    if dialect is Dialect.VERCEL_UI:
-        return '"type":"finish"' in data.replace(" ", "")
-    return False
+    return spec_for(dialect).drills.is_terminal(None if ndjson else _parse(raw), raw)
 
 
-def error_event(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OPENAI_RESPONSES:
-        body = {
-            "type": "error",
-            "error": {
-                "type": "server_error",
-                "code": "server_error",
-                "message": "The server had an error (injected)",
-            },
-        }
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.GEMINI:
-        body = {
-            "error": {
-                "code": 503,
-                "message": "The model is overloaded (injected)",
-                "status": "UNAVAILABLE",
-            }
-        }
-        return b"data: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OLLAMA:
-        return (
-            json.dumps({"error": "model runner has unexpectedly stopped (injected)"}).encode()
-            + b"\n"
-        )
-    if dialect is Dialect.VERCEL_UI:
-        return b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
-    body = {
-        "error": {
-            "message": "The server had an error (injected)",
-            "type": "server_error",
-            "code": "injected",
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
+    """The dialect's own in-band error; `sequence_number` continues a Responses stream's."""
+    return spec_for(dialect).drills.error(sequence_number)
 
 
 def end_marker(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    if dialect is Dialect.OLLAMA:
-        return b'{"done":true}\n'
-    return b"data: [DONE]\n\n"
+    return spec_for(dialect).drills.end_marker
 
 
 def to_crlf(raw: bytes) -> bytes:
@@ -241,6 +186,7 @@ class Injector:
     ndjson: bool = False
     events_sent: int = 0
     done: bool = False
+    next_sequence: int = 0  # of a Responses stream, for an injected error event
     _raw: RawEvents = field(init=False)
     _first_write: bool = True
 
@@ -276,6 +222,8 @@ class Injector:
                     self.dialect = sniff(parsed)
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
+            if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
+                self._track_sequence(raw)
             n = self.events_sent + 1
             if rules.get("cut-mid-event") == n:
                 steps += [*self._writes(raw[: max(1, len(raw) // 2)]), Close()]
@@ -289,7 +237,7 @@ class Injector:
             steps += self._writes(out)
             self.events_sent = n
             for name, tail in (
-                ("inject-error", [Write(error_event(self.dialect))]),
+                ("inject-error", [Write(error_event(self.dialect, self.next_sequence))]),
                 ("done-after-cut", [Write(end_marker(self.dialect))]),
             ):
                 if rules.get(name) == n:
@@ -305,6 +253,17 @@ class Injector:
                 self.done = True
                 return steps
         return steps
+
+    def _track_sequence(self, raw: bytes) -> None:
+        event = _parse(raw)
+        if event is None:
+            return
+        try:
+            seq = json.loads(event.data).get("sequence_number")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:
+            self.next_sequence = seq + 1
 
     @staticmethod
     def _is_snapshot(raw: bytes) -> bool:

@@ -13,8 +13,8 @@ from aiohttp import web
 from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
+from ..core.request import request_facts
 from .record import RequestFacts
-from .tapping import request_model
 
 if TYPE_CHECKING:
     from .app import Exchange, ProxyState
@@ -75,9 +75,8 @@ async def admit(
     except InjectionError as exc:
         status = 403 if "disabled" in str(exc) else 400
         raise Refused(status, "injection", str(exc)) from exc
-    return dataclasses.replace(
-        x.facts, body=body, model=request_model(body, request.path), inject_rules=rules
-    )
+    asked = request_facts(request.path, request.query_string, body)
+    return dataclasses.replace(x.facts, body=body, asked=asked, inject_rules=rules)
 
 
 async def read_body(

@@ -14,6 +14,7 @@ from ..capture import Capture
 from ..config import Route
 from ..core import EndReason, ErrorInfo, Interruption, State, StreamTap, Verdict, with_transport
 from ..core.inject import Rule
+from ..core.request import RequestFacts as CoreRequestFacts
 from ..inspector import StreamView
 from ..log import redact_processor
 
@@ -37,11 +38,10 @@ class RequestFacts:
     started_at: float  # wall clock, for people
     start: float  # monotonic, for durations
     route: Route | None = None
-    model: str | None = None
     body: bytes = b""
     inject_rules: tuple[Rule, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
-    core_request: Any = None  # sseproxy.core.request's facts, once the core has them
+    asked: CoreRequestFacts = field(default_factory=CoreRequestFacts)  # for the core's checks
 
 
 @dataclass
@@ -144,10 +144,9 @@ def build(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Record:
         "upstream": route.upstream if route else None,
         "status": progress.status,
         "content_type": progress.content_type,
-        "model": facts.model,
+        "model": facts.asked.model,
         "response_model": response_model,
         "stream": progress.stream,
-        "http_complete": progress.http_complete,
         **progress.timings.fields(time.monotonic()),
         **body,
     }

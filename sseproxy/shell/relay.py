@@ -296,6 +296,7 @@ def begin(
             max_event_bytes=settings.max_event_bytes,
             content_chars=CONTENT_CHARS if settings.keep_content else 0,
         ),
+        facts.asked,
     )
     for name in UPSTREAM_REQUEST_ID_HEADERS:
         if name in upstream.headers:
@@ -308,7 +309,7 @@ def begin(
         facts.path,
         facts.started_at,
         facts.start,
-        model=facts.model,
+        model=facts.asked.model,
         dialect=str(dialect) if dialect else None,
         status=p.status,
         tap=p.tap,

@@ -18,11 +18,16 @@ class _NotifyingStream(io.StringIO):
     def __init__(self, written: asyncio.Event) -> None:
         super().__init__()
         self.written = written
+        self.truncations = 0
 
     def write(self, s: str) -> int:
         n = super().write(s)
         self.written.set()
         return n
+
+    def truncate(self, size: int | None = None) -> int:
+        self.truncations += 1
+        return super().truncate(size)
 
 
 class LogCapture:
@@ -31,11 +36,15 @@ class LogCapture:
         self.stream = _NotifyingStream(self.written)
         self._parsed: list[dict[str, Any]] = []
         self._offset = 0
+        self._truncations = 0
 
     def lines(self) -> list[str]:
         return self.stream.getvalue().splitlines()
 
     def records(self) -> list[dict[str, Any]]:
+        if self.stream.truncations != self._truncations:  # a test cleared the log
+            self._parsed, self._offset = [], 0
+            self._truncations = self.stream.truncations
         text = self.stream.getvalue()
         end = text.rfind("\n") + 1  # parse each complete line once
         if end > self._offset:
