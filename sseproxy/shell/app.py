@@ -19,7 +19,7 @@ from aiohttp import web
 from .. import __version__
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
-from ..core import Dialect, State, Verdict
+from ..core import Dialect, EndReason, State, Verdict
 from ..inspector import Inspector
 from ..log import redact_query
 from ..metrics import CONTENT_TYPE_LATEST, Metrics
@@ -119,7 +119,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         except Refused as refused:
             return await send_own(request, x, refused)
         except asyncio.CancelledError:
-            x.progress.end = "proxy_shutdown" if state.shutting_down else "client_disconnected"
+            shutdown = state.shutting_down
+            x.progress.end = EndReason.PROXY_SHUTDOWN if shutdown else EndReason.CLIENT_DISCONNECTED
             x.progress.http_complete = False
             raise
         except Exception as exc:  # a bug of ours: still one record, and the client sees a break
@@ -153,6 +154,8 @@ def release(state: ProxyState, x: Exchange) -> None:
     state.body_bytes -= x.body_bytes
     x.body_bytes = 0
     state.inspector.active.pop(x.facts.request_id, None)
+    if x.progress.view is not None:
+        x.progress.view.tap = None  # the ring keeps views, never a finished stream's tap
 
 
 def is_loopback(host: str) -> bool:

@@ -17,6 +17,7 @@ from ..core.inject import Rule
 from ..core.request import RequestFacts as CoreRequestFacts
 from ..inspector import StreamView
 from ..log import redact_processor
+from .tapping import close_tap
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -113,8 +114,6 @@ def proxy_error(etype: str, message: str) -> ErrorInfo:
 
 def verdict_of(facts: RequestFacts, progress: Progress) -> Verdict:
     """Close the tap, then apply what only the shell knows: status, who left, own errors."""
-    from .tapping import close_tap  # the one place that knows the tap's close signature
-
     end = progress.end
     tap = progress.tap
     verdict = close_tap(tap, end, progress.http_complete)

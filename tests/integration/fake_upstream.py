@@ -58,6 +58,7 @@ class Seen:
     headers: dict[str, str]
     body: bytes
     raw_path: str = ""  # the request target as it arrived, undecoded
+    peer: Any = None  # the proxy's address: the same one twice means a reused connection
 
 
 class FakeUpstream:
@@ -80,7 +81,14 @@ class FakeUpstream:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.seen.append(
-            Seen(request.method, request.path_qs, dict(request.headers), body, request.raw_path)
+            Seen(
+                request.method,
+                request.path_qs,
+                dict(request.headers),
+                body,
+                request.raw_path,
+                request.transport.get_extra_info("peername") if request.transport else None,
+            )
         )
         script = self.scripts.get(request.path) or self.scripts["*"]
         if request.method == "HEAD":

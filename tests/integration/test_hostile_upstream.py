@@ -203,3 +203,20 @@ async def test_whatever_the_upstream_sends_the_record_is_written_and_the_body_en
         assert record["response_model"] == "\\ud800"
     if case == "integer_over_64_bits":
         assert record["usage"]["output_tokens"] == 1
+
+
+async def test_an_early_hints_response_does_not_poison_the_connection(
+    wire, proxy_server, logs
+) -> None:
+    """103 comes before the final response on the same connection: it is expected."""
+    wire.steps = [
+        Body(b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"),
+        Pause(0.05),
+        Body(CHUNKED_HEAD + chunk(COMPLETE) + b"0\r\n\r\n"),
+        AwaitClose(),
+    ]
+    url = await proxy_server(wire.url)
+    status, _, got, error = await fetch(url + PATH)
+    assert (status, got, error) == (200, COMPLETE, None)
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed"

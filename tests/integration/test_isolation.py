@@ -80,3 +80,16 @@ async def test_bodiless_and_redirect_responses_pass_through_as_they_are(
     [record] = await logs.wait(1)
     assert (record["status"], record["state"]) == (status, state)
     assert record["interruption"] is None
+
+
+async def test_a_clean_response_keeps_its_upstream_connection_for_the_next(
+    upstream, make_proxy, logs
+) -> None:
+    """Isolation closes only poisoned connections: normal traffic still reuses the pool."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(b'data: {"x": 1}\n\n')]))
+    client = await make_proxy()
+    for _ in range(3):
+        resp = await client.post(PATH, json={})
+        await resp.read()
+    assert len({seen.peer for seen in fake.seen}) == 1
