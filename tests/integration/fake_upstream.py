@@ -1,4 +1,7 @@
-"""A scripted fake upstream: each test says exactly which bytes go out, when, and how it ends."""
+"""A scripted fake upstream: each test says exactly which bytes go out, when, and how it ends.
+
+The steps (Send, Sleep, WaitFor, Close, Reset, AwaitClose) are the one vocabulary of both fake
+upstreams: this aiohttp one, and the byte-level ones in raw_upstream.py."""
 
 from __future__ import annotations
 
@@ -35,6 +38,11 @@ class Close:
 @dataclass(frozen=True)
 class Reset:
     """Abort the connection with a TCP RST."""
+
+
+@dataclass(frozen=True)
+class AwaitClose:
+    """Wait until the proxy closes the connection (raw_upstream.WireUpstream only)."""
 
 
 Step = Send | WaitFor | Sleep | Close | Reset

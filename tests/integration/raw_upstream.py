@@ -1,4 +1,4 @@
-"""An upstream that writes the HTTP response by hand, for faults aiohttp's server cannot make:
+"""Upstreams that write the HTTP response by hand, for faults aiohttp's server cannot make:
 a reset right after the headers, a close-delimited HTTP/1.0 body, a Content-Length that lies."""
 
 from __future__ import annotations
@@ -8,28 +8,12 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
+from tests.integration.fake_upstream import AwaitClose, Close, Reset, Send, Sleep
 
-@dataclass(frozen=True)
-class Body:
-    data: bytes
+# Older names of the shared steps, kept for the tests that use them.
+Body, Pause, Hangup, RST = Send, Sleep, Close, Reset
 
-
-@dataclass(frozen=True)
-class Pause:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Hangup:
-    """FIN without finishing the body framing."""
-
-
-@dataclass(frozen=True)
-class RST:
-    """Abort with a TCP reset."""
-
-
-RawStep = Body | Pause | Hangup | RST
+RawStep = Send | Sleep | Close | Reset
 
 
 @dataclass
@@ -61,7 +45,7 @@ class RawUpstream:
         return f"http://127.0.0.1:{self.port}"
 
     def body(self) -> bytes:
-        return b"".join(s.data for s in self.script.steps if isinstance(s, Body))
+        return b"".join(s.data for s in self.script.steps if isinstance(s, Send))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -94,18 +78,18 @@ class RawUpstream:
         writer.write(b"\r\n".join(lines) + b"\r\n\r\n")
         await writer.drain()
         for step in script.steps:
-            if isinstance(step, Body):
+            if isinstance(step, Send):
                 data = step.data
                 if script.framing == "chunked":
                     data = b"%x\r\n" % len(data) + data + b"\r\n"
                 writer.write(data)
                 await writer.drain()
-            elif isinstance(step, Pause):
+            elif isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
-            elif isinstance(step, Hangup):
+            elif isinstance(step, Close):
                 writer.close()
                 return
-            elif isinstance(step, RST):
+            elif isinstance(step, Reset):
                 sock = writer.get_extra_info("socket")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 writer.transport.abort()
@@ -117,12 +101,7 @@ class RawUpstream:
             writer.close()
 
 
-@dataclass(frozen=True)
-class AwaitClose:
-    """Wait until the proxy closes this connection (then `WireUpstream.peer_closed` is set)."""
-
-
-WireStep = Body | Pause | Hangup | RST | AwaitClose
+WireStep = Send | Sleep | Close | Reset | AwaitClose
 
 
 class WireUpstream:
@@ -161,14 +140,14 @@ class WireUpstream:
                     length = int(line.split(b":", 1)[1])
             await reader.readexactly(length)
             for step in steps:
-                if isinstance(step, Body):
+                if isinstance(step, Send):
                     writer.write(step.data)
                     await writer.drain()
-                elif isinstance(step, Pause):
+                elif isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
-                elif isinstance(step, Hangup):
+                elif isinstance(step, Close):
                     break
-                elif isinstance(step, RST):
+                elif isinstance(step, Reset):
                     sock = writer.get_extra_info("socket")
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     writer.transport.abort()

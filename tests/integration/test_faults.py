@@ -16,7 +16,8 @@ import pytest
 
 from sseproxy.config import load
 from sseproxy.proxy import create_app
-from tests.integration.raw_upstream import RST, Body, Hangup, Pause, RawScript, RawUpstream
+from tests.integration.fake_upstream import Close, Reset, Script, Send, Sleep
+from tests.integration.raw_upstream import RawScript, RawUpstream
 from tests.streams import sse
 
 PATH = "/v1/chat/completions"
@@ -33,7 +34,7 @@ def chunk(content: str | None = None, finish: str | None = None) -> dict:
 
 HELLO = sse(chunk("Hello "), chunk("wörld ✓"))
 END = sse(chunk(finish="stop"), "[DONE]")
-NORMAL = RawScript([Body(HELLO), Body(END)])
+NORMAL = RawScript([Send(HELLO), Send(END)])
 
 
 @dataclass
@@ -52,37 +53,37 @@ class Fault:
 MID_UTF8 = HELLO + b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"\xe4\xb8'
 MID_JSON = HELLO + b'data: {"id":"c1","choices":[{"ind'
 FAULTS = [
-    Fault("rst_after_headers", RawScript([RST()]), "interrupted", "upstream_reset"),
+    Fault("rst_after_headers", RawScript([Reset()]), "interrupted", "upstream_reset"),
     Fault(
         "close_mid_event",
-        RawScript([Body(HELLO + b"data: {"), Hangup()]),
+        RawScript([Send(HELLO + b"data: {"), Close()]),
         "interrupted",
         "upstream_closed",
         record={"interruption": {"reason": "upstream_closed", "partial_event_bytes": 7}},
     ),
     Fault(
         "close_mid_utf8_char",
-        RawScript([Body(MID_UTF8), Hangup()]),
+        RawScript([Send(MID_UTF8), Close()]),
         "interrupted",
         "upstream_closed",
         record={"text_chars": 13},
     ),
     Fault(
         "close_mid_json",
-        RawScript([Body(MID_JSON), Hangup()]),
+        RawScript([Send(MID_JSON), Close()]),
         "interrupted",
         "upstream_closed",
         record={"last_event": "chunk", "events": 2},
     ),
     Fault(
         "rst_mid_stream",
-        RawScript([Body(HELLO), Pause(0.05), RST()]),
+        RawScript([Send(HELLO), Sleep(0.05), Reset()]),
         "interrupted",
         "upstream_reset",
     ),
     Fault(
         "stall_past_idle_timeout",
-        RawScript([Body(HELLO), Pause(3)]),
+        RawScript([Send(HELLO), Sleep(3)]),
         "interrupted",
         "idle_timeout",
         settings={"idle_timeout": 0.3},
@@ -91,9 +92,9 @@ FAULTS = [
         "keepalives_outlive_idle_timeout",
         RawScript(
             [
-                *[s for _ in range(5) for s in (Pause(0.2), Body(b": keep-alive\n\n"))],
-                Body(HELLO),
-                Body(END),
+                *[s for _ in range(5) for s in (Sleep(0.2), Send(b": keep-alive\n\n"))],
+                Send(HELLO),
+                Send(END),
             ]
         ),
         "completed",
@@ -105,11 +106,11 @@ FAULTS = [
         "invalid_utf8",
         RawScript(
             [
-                Body(
+                Send(
                     sse(chunk("ok"))
                     + b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"\xff"},"finish_reason":null}]}\n\n'
                 ),
-                Body(END),
+                Send(END),
             ]
         ),
         "completed",
@@ -118,13 +119,13 @@ FAULTS = [
     ),
     Fault(
         "http10_close_delimited",
-        RawScript([Body(HELLO), Body(END)], framing="http10"),
+        RawScript([Send(HELLO), Send(END)], framing="http10"),
         "completed",
         client_error=False,
     ),
     Fault(
         "http10_close_delimited_cut",
-        RawScript([Body(HELLO)], framing="http10"),
+        RawScript([Send(HELLO)], framing="http10"),
         "interrupted",
         "upstream_closed",
         client_error=False,
@@ -134,7 +135,7 @@ FAULTS = [
     # aiohttp reject the whole response: the client then gets a 502 naming it.)
     Fault(
         "content_length_shorter_than_body",
-        RawScript([Body(HELLO), Pause(0.05), Body(END), Hangup()], framing=f"length:{len(HELLO)}"),
+        RawScript([Send(HELLO), Sleep(0.05), Send(END), Close()], framing=f"length:{len(HELLO)}"),
         "interrupted",
         "upstream_closed",
         client_error=False,
@@ -142,13 +143,13 @@ FAULTS = [
     ),
     Fault(
         "content_length_longer_than_body",
-        RawScript([Body(HELLO), Hangup()], framing=f"length:{len(HELLO) + 50}"),
+        RawScript([Send(HELLO), Close()], framing=f"length:{len(HELLO) + 50}"),
         "interrupted",
         "upstream_closed",
     ),
     Fault(
         "ten_megabyte_line",
-        RawScript([Body(b"data: " + b"x" * (10 * 1024 * 1024) + b"\n\n"), Body(HELLO), Body(END)]),
+        RawScript([Send(b"data: " + b"x" * (10 * 1024 * 1024) + b"\n\n"), Send(HELLO), Send(END)]),
         "completed",
         client_error=False,
         settings={"max_event_bytes": 1024 * 1024},
@@ -156,7 +157,7 @@ FAULTS = [
     ),
     Fault(
         "hundred_thousand_tiny_events",
-        RawScript([Body(b"data: {}\n\n" * 100_000), Body(HELLO), Body(END)]),
+        RawScript([Send(b"data: {}\n\n" * 100_000), Send(HELLO), Send(END)]),
         "completed",
         client_error=False,
         record={"events": 100_004},
@@ -165,7 +166,7 @@ FAULTS = [
         "corrupt_gzip",
         RawScript(
             [
-                Body(
+                Send(
                     gzip.compress(HELLO + END)[:20]
                     + b"\x00garbage"
                     + gzip.compress(HELLO + END)[20:]
@@ -181,7 +182,7 @@ FAULTS = [
 
 
 def expected_body(script: RawScript) -> bytes:
-    body = b"".join(s.data for s in script.steps if isinstance(s, Body))
+    body = b"".join(s.data for s in script.steps if isinstance(s, Send))
     if script.framing.startswith("length:"):
         body = body[: int(script.framing[7:])]
     return body
@@ -323,7 +324,7 @@ async def test_upstream_tls_failure(self_signed, aiohttp_server, logs) -> None:
 
 
 async def test_client_reset_mid_stream_closes_upstream(raw_upstream, aiohttp_server, logs) -> None:
-    raw_upstream.script = RawScript([Body(HELLO), Pause(5), Body(END)])
+    raw_upstream.script = RawScript([Send(HELLO), Sleep(5), Send(END)])
     server = await aiohttp_server(create_app(load(None, {}, {"upstream": raw_upstream.url})))
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode())
@@ -340,8 +341,6 @@ async def test_client_reset_mid_stream_closes_upstream(raw_upstream, aiohttp_ser
 
 async def test_slow_client_back_pressure_reaches_the_upstream(upstream, make_proxy, logs) -> None:
     """A client that stops reading stalls the upstream writer: the proxy does not buffer."""
-    from tests.integration.fake_upstream import Script, Send
-
     fake, _ = upstream
     block = b"data: " + b"y" * 65_530 + b"\n\n"
     fake.script(PATH, Script([Send(block)] * 800))  # 52 MB

@@ -11,7 +11,8 @@ import json
 import aiohttp
 import pytest
 
-from tests.integration.raw_upstream import RST, AwaitClose, Body, Pause, WireUpstream
+from tests.integration.fake_upstream import AwaitClose, Reset, Script, Send, Sleep
+from tests.integration.raw_upstream import WireUpstream
 from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
@@ -66,7 +67,7 @@ async def test_a_late_second_response_never_reaches_the_next_request(
     kept-alive connection while it sits in the pool."""
     mine = response(b'"mine"', headers=b"Content-Type: application/json\r\n")
     stolen = response(b'"stolen"', headers=b"Content-Type: application/json\r\n")
-    wire.steps = [Body(mine), Pause(0.05), Body(stolen), AwaitClose()]
+    wire.steps = [Send(mine), Sleep(0.05), Send(stolen), AwaitClose()]
     url = await proxy_server(wire.url)
     async with aiohttp.ClientSession() as session:
         async with session.post(url + PATH, json={}) as resp:
@@ -85,9 +86,9 @@ async def test_a_stray_body_after_204_does_not_poison_the_next_request(
     wire, proxy_server, logs
 ) -> None:
     wire.steps = [
-        Body(b"HTTP/1.1 204 No Content\r\n\r\n"),
-        Pause(0.05),
-        Body(b"STRAY"),
+        Send(b"HTTP/1.1 204 No Content\r\n\r\n"),
+        Sleep(0.05),
+        Send(b"STRAY"),
         AwaitClose(),
     ]
     url = await proxy_server(wire.url)
@@ -105,9 +106,9 @@ async def test_a_framing_error_mid_body_ends_the_client_response_at_once(
 ) -> None:
     """A chunk whose data is longer than its size line: named, and not the client's fault."""
     wire.steps = [
-        Body(CHUNKED_HEAD + chunk(HELLO)),
-        Pause(0.05),
-        Body(b"5\r\nhelloEXTRA\r\n0\r\n\r\n"),
+        Send(CHUNKED_HEAD + chunk(HELLO)),
+        Sleep(0.05),
+        Send(b"5\r\nhelloEXTRA\r\n0\r\n\r\n"),
         AwaitClose(),
     ]
     url = await proxy_server(wire.url, idle_timeout=600)
@@ -142,7 +143,7 @@ async def test_a_head_that_cannot_be_forwarded_faithfully_is_a_502(
     body = b"2\r\nok\r\n0\r\n\r\n" if b"chunked" in head else b"Content-Length: 2\r\n\r\nok"
     if b"chunked" in head:
         head += b"\r\n"
-    wire.steps = [Body(head + body), AwaitClose()]
+    wire.steps = [Send(head + body), AwaitClose()]
     url = await proxy_server(wire.url)
     status, headers, got, error = await fetch(url + PATH)
     assert status == 502 and error is None
@@ -158,7 +159,7 @@ async def test_a_head_that_cannot_be_forwarded_faithfully_is_a_502(
 async def test_a_reset_after_accept_before_headers_is_upstream_reset(
     wire, proxy_server, logs
 ) -> None:
-    wire.steps = [RST()]
+    wire.steps = [Reset()]
     url = await proxy_server(wire.url)
     status, headers, got, _ = await fetch(url + PATH)
     assert status == 502
@@ -169,8 +170,6 @@ async def test_a_reset_after_accept_before_headers_is_upstream_reset(
 
 
 async def test_head_is_recorded_as_a_response_without_body(upstream, make_proxy, logs) -> None:
-    from tests.integration.fake_upstream import Script, Send
-
     fake, _ = upstream
     fake.script(PATH, Script([Send(COMPLETE)]))
     client = await make_proxy()
@@ -193,7 +192,7 @@ async def test_whatever_the_upstream_sends_the_record_is_written_and_the_body_en
     case, wire, proxy_server, logs
 ) -> None:
     body = UNSERIALISABLE[case]
-    wire.steps = [Body(CHUNKED_HEAD + chunk(body) + b"0\r\n\r\n"), AwaitClose()]
+    wire.steps = [Send(CHUNKED_HEAD + chunk(body) + b"0\r\n\r\n"), AwaitClose()]
     url = await proxy_server(wire.url)
     status, _, got, error = await fetch(url + PATH)
     assert (status, got, error) == (200, body, None)  # every byte, and a clean end
@@ -210,9 +209,9 @@ async def test_an_early_hints_response_does_not_poison_the_connection(
 ) -> None:
     """103 comes before the final response on the same connection: it is expected."""
     wire.steps = [
-        Body(b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"),
-        Pause(0.05),
-        Body(CHUNKED_HEAD + chunk(COMPLETE) + b"0\r\n\r\n"),
+        Send(b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"),
+        Sleep(0.05),
+        Send(CHUNKED_HEAD + chunk(COMPLETE) + b"0\r\n\r\n"),
         AwaitClose(),
     ]
     url = await proxy_server(wire.url)

@@ -8,8 +8,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.integration.fake_upstream import Script, Send
-from tests.integration.raw_upstream import AwaitClose, Pause, WireUpstream
+from tests.integration.fake_upstream import AwaitClose, Script, Send, Sleep
+from tests.integration.raw_upstream import WireUpstream
 
 PATH = "/v1/chat/completions"
 
@@ -23,7 +23,7 @@ async def wire():
 
 
 async def test_upstream_headers_that_never_come_are_a_504(wire, proxy_server, logs) -> None:
-    wire.steps = [Pause(30)]
+    wire.steps = [Sleep(30)]
     url = await proxy_server(wire.url, idle_timeout=0.3)
     async with aiohttp.ClientSession() as session, session.post(url + PATH, json={}) as resp:
         assert resp.status == 504

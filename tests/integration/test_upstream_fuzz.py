@@ -13,7 +13,8 @@ import random
 
 import aiohttp
 
-from tests.integration.raw_upstream import RST, Body, Hangup, WireStep, WireUpstream
+from tests.integration.fake_upstream import Close, Reset, Send
+from tests.integration.raw_upstream import WireStep, WireUpstream
 
 CASES = int(os.environ.get("SSEPROXY_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("SSEPROXY_FUZZ_SEED", "11"))
@@ -116,8 +117,8 @@ def generate(rng: random.Random) -> list[WireStep]:
         wire = mutate(rng, wire)
     cuts = sorted(rng.sample(range(1, len(wire)), min(rng.randrange(4), max(len(wire) - 1, 0))))
     bounds = zip([0, *cuts], [*cuts, len(wire)], strict=True)
-    steps: list[WireStep] = [Body(wire[a:b]) for a, b in bounds]
-    steps.append(RST() if rng.random() < 0.1 else Hangup())
+    steps: list[WireStep] = [Send(wire[a:b]) for a, b in bounds]
+    steps.append(Reset() if rng.random() < 0.1 else Close())
     return steps
 
 
