@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
+from typing import Any
 
 import pytest
 
 from sseproxy.core import Dialect, StreamTap
+from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
+from sseproxy.core.dialects.gemini import MAX_PATH_DEPTH
 from sseproxy.core.encoding import SLICE_BYTES, BodyDecoder
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
-from tests.streams import chat_chunk, sse
+from tests.streams import chat_chunk, ndjson, sse
 
 MIB = 1024 * 1024
 
@@ -116,3 +120,149 @@ def test_close_analyses_a_backlog_left_unpumped(pump: bool) -> None:
     verdict = tap.close()
     assert verdict.state == "completed"
     assert verdict.text_chars == 1000 * 1000
+
+
+# -- every index a peer sends is capped ----------------------------------------------------
+
+
+def gemini_streamed(*paths: str) -> bytes:
+    def candidate(call: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"content": {"role": "model", "parts": [{"functionCall": call}]}}
+        if finish:
+            out["finishReason"] = finish
+        return {"candidates": [out]}
+
+    fragments = [{"jsonPath": p, "stringValue": "v"} for p in paths]
+    return sse(
+        candidate({"name": "f", "willContinue": True}),
+        candidate({"partialArgs": fragments, "willContinue": True}),
+        candidate({}, finish="STOP"),
+    )
+
+
+def gemini_args(*paths: str) -> tuple[Any, dict[str, int]]:
+    tap = StreamTap(Dialect.GEMINI, options=TapOptions(strict=True))
+    tap.feed(gemini_streamed(*paths))
+    verdict = tap.close()
+    assert verdict.state == "completed"
+    return json.loads(tap.describe()["tool_calls"][0]["arguments"]), verdict.anomalies
+
+
+def test_gemini_partial_args_index_cap_and_one_more() -> None:
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX - 1}]")
+    assert len(args["a"]) == MAX_INDEX and args["a"][-1] == "v"
+    assert "index_out_of_range" not in anomalies
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX}]")
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 1
+
+
+def test_gemini_partial_args_of_the_attack_allocate_nothing() -> None:
+    # 289 bytes that allocated ~400 MB; and an index too long for int() to parse.
+    args, anomalies = gemini_args("$.a[20000000]", "$.b[" + "9" * 5000 + "]")
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 2
+
+
+def test_gemini_partial_args_gaps_share_one_budget() -> None:
+    # Each path alone is in range; together they would skip more slots than one response may.
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX - 1}]", f"$.b[{MAX_INDEX - 1}]", "$.c[0]")
+    assert len(args["a"]) == MAX_INDEX
+    assert "b" not in args or args["b"] == []
+    assert args["c"] == ["v"]
+    assert anomalies["index_out_of_range"] == 1
+
+
+def test_gemini_partial_args_depth_cap_and_one_more() -> None:
+    args, anomalies = gemini_args("$" + ".k" * MAX_PATH_DEPTH)
+    node = args
+    for _ in range(MAX_PATH_DEPTH - 1):
+        node = node["k"]
+    assert node == {"k": "v"}
+    args, anomalies = gemini_args("$" + ".k" * (MAX_PATH_DEPTH + 1))
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 1
+
+
+def chat_choice(index: int) -> dict[str, Any]:
+    return {"id": "c", "choices": [{"index": index, "delta": {"content": "x"}}]}
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_CHOICES - 1, True), (MAX_CHOICES, False)])
+def test_chat_choice_index_cap_and_one_more(index: int, kept: bool) -> None:
+    tap = StreamTap(Dialect.OPENAI_CHAT)
+    tap.feed(sse(chat_choice(0), chat_choice(index)))
+    verdict = tap.close()
+    assert verdict.text_chars == (2 if kept else 1)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+    reasons = verdict.finish_reason
+    assert (isinstance(reasons, list) and len(reasons) == 2) is kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_chat_tool_call_index_cap_and_one_more(index: int, kept: bool) -> None:
+    call = {"index": index, "id": "t", "function": {"name": "f", "arguments": "{}"}}
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+    tap = StreamTap(Dialect.OPENAI_CHAT)
+    tap.feed(sse(chunk))
+    verdict = tap.close()
+    assert len(verdict.tool_calls) == (1 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_CHOICES - 1, True), (MAX_CHOICES, False)])
+def test_gemini_candidate_index_cap_and_one_more(index: int, kept: bool) -> None:
+    chunk = {"candidates": [{"index": index, "content": {"parts": [{"text": "x"}]}}]}
+    tap = StreamTap(Dialect.GEMINI)
+    tap.feed(sse(chunk))
+    verdict = tap.close()
+    assert verdict.text_chars == (1 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_anthropic_block_index_cap_and_one_more(index: int, kept: bool) -> None:
+    start = {"type": "content_block_start", "index": index, "content_block": {"type": "text"}}
+    delta = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta"}}
+    delta["delta"]["text"] = "xy"
+    tap = StreamTap(Dialect.ANTHROPIC_MESSAGES)
+    tap.feed(sse(("content_block_start", start), ("content_block_delta", delta)))
+    verdict = tap.close()
+    assert verdict.text_chars == (2 if kept else 0)
+    assert verdict.anomalies.get("index_out_of_range", 0) == (0 if kept else 2)
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_responses_content_index_cap_and_one_more(index: int, kept: bool) -> None:
+    delta = {"type": "response.output_text.delta", "item_id": "m", "content_index": index}
+    delta["delta"] = "xyz"
+    tap = StreamTap(Dialect.OPENAI_RESPONSES)
+    tap.feed(sse(("response.output_text.delta", delta)))
+    verdict = tap.close()
+    assert verdict.text_chars == (3 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_responses_output_index_cap_and_one_more(index: int, kept: bool) -> None:
+    etype = "response.function_call_arguments.delta"
+    tap = StreamTap(Dialect.OPENAI_RESPONSES)
+    tap.feed(sse((etype, {"type": etype, "output_index": index, "delta": "{}"})))
+    verdict = tap.close()
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+    assert len(verdict.tool_calls) == (1 if kept else 0)
+
+
+def test_tool_calls_per_response_cap_and_one_more() -> None:
+    def calls(n: int) -> bytes:
+        return b"".join(
+            ndjson({"message": {"tool_calls": [{"function": {"name": "f", "arguments": {}}}]}})
+            for _ in range(n)
+        )
+
+    for n, over in ((MAX_TOOL_CALLS, False), (MAX_TOOL_CALLS + 1, True)):
+        tap = StreamTap(Dialect.OLLAMA)
+        tap.feed(calls(n))
+        verdict = tap.close()
+        assert len(verdict.tool_calls) == MAX_TOOL_CALLS
+        assert verdict.anomalies.get("too_many_tool_calls", 0) == (1 if over else 0)
