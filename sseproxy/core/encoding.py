@@ -44,6 +44,7 @@ class BodyDecoder:
         self._probe_bytes = b""
         self._queue: list[bytes] = []  # br input received while output is still pending
         self._more = False  # the last slice was full: output may be waiting without new input
+        self._spill = b""  # br output beyond the slice, returned by the next call
         if self.encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.encoding == "deflate":
@@ -73,7 +74,8 @@ class BodyDecoder:
     def retained_bytes(self) -> int:
         """Compressed bytes held (the codec's own window, at most 32 KiB for zlib, aside)."""
         tail = len(self._zlib.unconsumed_tail) if self._zlib is not None else 0
-        return tail + sum(map(len, self._queue)) + len(self._probe_bytes)
+        queued = sum(map(len, self._queue))
+        return tail + queued + len(self._probe_bytes) + len(self._spill)
 
     def decode(self, data: bytes) -> bytes:
         """Take `data` (may be empty) and return the next slice of at most `SLICE_BYTES`.
@@ -87,7 +89,7 @@ class BodyDecoder:
                 return self._unbrotli(data)
             return self._inflate(data)
         except Exception as exc:  # zlib.error, brotli.error: any failure means undecodable
-            self._more, self._queue = False, []
+            self._more, self._queue, self._spill = False, [], b""
             raise ContentDecodingError(f"{self.encoding}: {exc}") from exc
 
     def _inflate(self, data: bytes) -> bytes:
@@ -114,16 +116,29 @@ class BodyDecoder:
         return out
 
     def _unbrotli(self, data: bytes) -> bytes:
+        # brotli's output_buffer_limit is soft (a call may return up to about twice it) and
+        # output can remain after it accepts input again: the excess waits in `_spill`, and a
+        # call that produced output is followed by another until one produces none.
         decompressor = self._brotli
         if data:
             self._queue.append(data)
+        if self._spill:
+            out, self._spill = self._spill[:SLICE_BYTES], self._spill[SLICE_BYTES:]
+            self._more = True
+            return out
         source = b""
         if self._queue and decompressor.can_accept_more_data():
             source = b"".join(self._queue)
             self._queue = []
-        out: bytes = decompressor.process(source, output_buffer_limit=SLICE_BYTES)
-        self._more = not decompressor.can_accept_more_data()
-        return out
+        out = decompressor.process(source, output_buffer_limit=SLICE_BYTES)
+        if len(out) > SLICE_BYTES:
+            out, self._spill = out[:SLICE_BYTES], out[SLICE_BYTES:]
+        accepts = decompressor.can_accept_more_data()
+        if not (source or out or accepts):
+            raise ContentDecodingError("decoder made no progress")
+        finished = decompressor.is_finished()
+        self._more = bool(self._spill) or not accepts or (bool(out) and not finished)
+        return bytes(out)
 
     def finish(self) -> bool:
         """True when the compressed stream ended where the bytes did."""

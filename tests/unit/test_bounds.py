@@ -8,6 +8,8 @@ import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, StreamTap
 from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
@@ -59,22 +61,56 @@ def test_deflate_keeps_input_while_output_is_pending() -> None:
     assert b"".join(out) == b"data: " + b"b" * (3 * SLICE_BYTES) + b"\n\n"
 
 
+@given(
+    st.sampled_from(["gzip", "deflate", "raw-deflate"]),
+    st.integers(0, 3 * SLICE_BYTES),
+    st.lists(st.tuples(st.integers(1, 40000), st.integers(0, 3)), min_size=1, max_size=20),
+)
+@settings(max_examples=40)
+def test_sliced_decoding_gives_the_body_whatever_the_reads_and_pumps(
+    encoding: str, size: int, plan: list[tuple[int, int]]
+) -> None:
+    body = (b"data: 0123456789abcdef\n\n" * (size // 24 + 1))[:size]
+    if encoding == "gzip":
+        compressed = gzip.compress(body)
+    else:
+        compressed = zlib.compress(body)
+        if encoding == "raw-deflate":
+            compressed = compressed[2:-4]  # no zlib header or checksum
+    decoder = BodyDecoder("gzip" if encoding == "gzip" else "deflate")
+    out, i, step = [], 0, 0
+    while i < len(compressed):
+        read, pumps = plan[step % len(plan)]
+        out.append(decoder.decode(compressed[i : i + read]))
+        i, step = i + read, step + 1
+        for _ in range(pumps):
+            if decoder.pending:
+                out.append(decoder.decode(b""))
+    while decoder.pending:
+        out.append(decoder.decode(b""))
+    assert max(map(len, out)) <= SLICE_BYTES
+    assert b"".join(out) == body
+    assert decoder.finish()
+
+
 def test_a_gzip_bomb_is_analysed_in_slices_under_a_budget() -> None:
     options = TapOptions(max_event_bytes=MIB)
     tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip", options=options)
+    # Held at most: one event's cap of decoded bytes and the rest of one 16 KiB read.
+    bound = options.max_event_bytes + 16384
     steps = 0
     for i in range(0, len(BOMB), 16384):
         before = tap.decoded_bytes
         tap.feed(BOMB[i : i + 16384])
         steps += 1
         assert tap.decoded_bytes - before <= SLICE_BYTES
-        assert tap.retained_bytes <= options.max_event_bytes + SLICE_BYTES + len(BOMB)
+        assert tap.retained_bytes <= bound
         while tap.backlog:
             before = tap.decoded_bytes
             tap.pump()
             steps += 1
             assert tap.decoded_bytes - before <= SLICE_BYTES
-            assert tap.retained_bytes <= options.max_event_bytes + SLICE_BYTES + len(BOMB)
+            assert tap.retained_bytes <= bound
     assert tap.decoded_bytes <= DEFAULT_MAX_DECODED_BYTES
     assert steps >= DEFAULT_MAX_DECODED_BYTES // SLICE_BYTES  # many short calls, not one
     assert not tap.backlog
