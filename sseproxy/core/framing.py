@@ -396,9 +396,9 @@ class LineDecoder:
                 piece = b"".join(self._frags)
                 self._frags = []
                 self._frag_len = 0
-                if len(piece) > self.max_line_bytes:
-                    self.oversized += 1
-                    continue
+            if len(piece) > self.max_line_bytes:  # whole or in pieces: the same rule
+                self.oversized += 1
+                continue
             piece = piece.rstrip(b"\r")
             if piece.strip():
                 out.append(Line(piece, start))

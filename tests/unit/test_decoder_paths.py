@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sseproxy.core import Comment, SSEDecoder, SSEEvent
-from sseproxy.core.events import Frame
+from sseproxy.core import Comment, LineDecoder, SSEDecoder, SSEEvent
+from sseproxy.core.events import Frame, Line
 
 CAPS = [1, 6, 7, 8, 16, 24, 64, 200]
 
@@ -154,3 +154,28 @@ def test_the_cap_counts_the_line_and_the_data_before_it() -> None:
             seen = decode([data], 58, block_path)
             assert sum(isinstance(f, SSEEvent) for f in seen.frames) == events
             assert seen.oversized == 1 - events
+
+
+def ndjson(reads: list[bytes], cap: int) -> tuple[list[Line], int, int]:
+    decoder = LineDecoder(cap)
+    lines = [line for read in reads for line in decoder.feed(read)]
+    return lines, decoder.finish(), decoder.oversized
+
+
+@given(
+    st.lists(st.sampled_from([b"{}", b'{"a":1}', b"x" * 7, b"y" * 8, b"z" * 9, b"", b" "])),
+    st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=30, max_size=30),
+    st.sampled_from([b"", b"{", b"w" * 9]),
+    st.lists(st.integers(1, 12), max_size=8),
+)
+def test_ndjson_lines_do_not_depend_on_chunking(
+    bodies: list[bytes], ends: list[bytes], tail: bytes, sizes: list[int]
+) -> None:
+    data = b"".join(body + end for body, end in zip(bodies, ends, strict=False)) + tail
+    reference = ndjson([data], 8)
+    assert ndjson([data[i : i + 1] for i in range(len(data))], 8) == reference
+    assert ndjson(cut(data, sizes), 8) == reference
+    # The cap applies to the bytes before the LF (or of an unterminated tail), however they
+    # arrived.
+    lines = [len(b + e) - 1 for b, e in zip(bodies, ends, strict=False)]
+    assert reference[2] == sum(n > 8 for n in [*lines, len(tail)])
