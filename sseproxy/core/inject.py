@@ -115,31 +115,57 @@ Step = Write | Pause | Stall | Close
 
 
 class RawEvents:
-    """Splits bytes into raw events (up to and including the blank line), keeping every byte."""
+    """Splits bytes into raw events (up to and including the blank line), keeping every byte.
+
+    Linear in the input however it is chunked: an unterminated line is kept as fragments and
+    joined once when it ends, and only the new bytes are searched for line ends.
+    """
 
     def __init__(self, ndjson: bool) -> None:
         self.ndjson = ndjson
-        self._line: list[bytes] = []
+        self._line: list[bytes] = []  # fragments of the line not yet ended
+        self._cr = False  # that line ended in CR: an LF first in the next read completes CRLF
         self._event: list[bytes] = []
+        self.work = 0  # bytes searched or copied, for the tests' linearity check
 
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
-        if self._line:
-            data = b"".join(self._line) + data
-            self._line = []
+        if not data:
+            return out
+        if self._cr:
+            self._cr = False
+            if data[0] == 10:  # LF
+                self._line.append(data[:1])
+                data = data[1:]
+            self._end_line(out)
+        self.work += len(data)
         lines = data.splitlines(True)
-        if lines and (lines[-1].endswith(b"\r") or not lines[-1].endswith((b"\n", b"\r"))):
-            self._line = [lines.pop()]  # a CR may be the first half of a CRLF
-        for line in lines:
-            self._event.append(line)
-            if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
-                out.append(b"".join(self._event))
-                self._event = []
+        for line in lines[:-1]:
+            self._line.append(line)
+            self._end_line(out)
+        if lines:
+            last = lines[-1]
+            self._line.append(last)
+            if last[-1] == 10:
+                self._end_line(out)
+            elif last[-1] == 13:
+                self._cr = True  # a CR may be the first half of a CRLF
         return out
+
+    def _end_line(self, out: list[bytes]) -> None:
+        line = self._line[0] if len(self._line) == 1 else b"".join(self._line)
+        self.work += len(line) if len(self._line) > 1 else 0
+        self._line = []
+        self._event.append(line)
+        if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
+            event = self._event[0] if len(self._event) == 1 else b"".join(self._event)
+            self.work += len(event) if len(self._event) > 1 else 0
+            out.append(event)
+            self._event = []
 
     def rest(self) -> bytes:
         rest = b"".join(self._event) + b"".join(self._line)
-        self._event, self._line = [], []
+        self._event, self._line, self._cr = [], [], False
         return rest
 
 
