@@ -49,6 +49,7 @@ class EndReason(StrEnum):
     UPSTREAM_CLOSED = "upstream_closed"
     UPSTREAM_RESET = "upstream_reset"
     IDLE_TIMEOUT = "idle_timeout"
+    CONTENT_TIMEOUT = "content_timeout"
     CLIENT_DISCONNECTED = "client_disconnected"
     PROXY_SHUTDOWN = "proxy_shutdown"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
