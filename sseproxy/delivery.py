@@ -52,6 +52,7 @@ class ClientDelivery:
         "client_bytes",
         "client_wait",
         "failed",
+        "last_wait",
         "waits",
     )
 
@@ -80,6 +81,9 @@ class ClientDelivery:
                 self._high_water = 0  # unknown: time every write
         self.client_bytes = 0
         self.client_wait = 0.0  # seconds
+        # The latest write's wait: the relay subtracts it from the time between two upstream
+        # chunks, so max_gap_ms measures the upstream's silence, not the client's slowness.
+        self.last_wait = 0.0
         self.waits: list[tuple[float, float]] = []  # (start, seconds) of each wait, capped
         self.failed = False
         self._events = 0
@@ -106,6 +110,7 @@ class ClientDelivery:
             if assembler is not None:
                 self._last_type = assembler.last_event
         if not self._may_wait(len(chunk)):
+            self.last_wait = 0.0
             try:
                 await self._response.write(chunk)
             except BaseException:
@@ -120,7 +125,7 @@ class ClientDelivery:
             self.failed = True
             raise
         finally:
-            waited = self._clock() - started
+            waited = self.last_wait = self._clock() - started
             self.client_wait += waited
             if waited > 0 and len(self.waits) < MAX_WAIT_SPANS:
                 self.waits.append((started, waited))

@@ -84,6 +84,7 @@ async def test_a_write_that_cannot_wait_reads_no_clock_and_counts_its_bytes() ->
     assert clock.reads == 0
     assert delivery.client_bytes == 18
     assert delivery.fields(broken=False) == {"client_wait_ms": 0.0, "client_bytes": 18}
+    assert delivery.last_wait == 0.0
 
 
 async def test_a_write_near_the_high_water_mark_is_timed() -> None:
@@ -93,6 +94,7 @@ async def test_a_write_near_the_high_water_mark_is_timed() -> None:
     response.blocks = 0.5
     await delivery.write(b"y" * 100)
     assert delivery.client_wait_ms == 750.0
+    assert delivery.last_wait == 0.5
     assert delivery.waits == [(1000.0, 0.25), (1000.25, 0.5)]
     assert delivery.client_bytes == 200
 
