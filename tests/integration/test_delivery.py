@@ -95,8 +95,7 @@ def tiny_relay(
 
     async def handle(request: web.Request) -> web.StreamResponse:
         start = time.monotonic()
-        async with ClientSession() as session:
-            upstream = await session.get(upstream_url)
+        async with ClientSession() as session, session.get(upstream_url) as upstream:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             outcome.transport = request.transport
