@@ -41,14 +41,14 @@ class ClientDelivery:
     """
 
     __slots__ = (
+        "_buffered",
         "_clock",
         "_events",
-        "_high_water",
         "_last_type",
+        "_limit",
         "_protocol",
         "_response",
         "_tap",
-        "_transport",
         "client_bytes",
         "client_wait",
         "failed",
@@ -68,17 +68,18 @@ class ClientDelivery:
         self._tap = tap
         self._clock = clock
         transport = request.transport
-        self._transport: asyncio.WriteTransport | None = (
-            transport if isinstance(transport, asyncio.WriteTransport) else None
-        )
         protocol = transport.get_protocol() if transport is not None else None
         self._protocol = protocol if isinstance(protocol, BaseProtocol) else None
-        self._high_water = 0
-        if self._transport is not None:
+        # The fast path's test, bound once: buffered() + len(chunk) <= limit.
+        self._buffered: Callable[[], int] | None = None
+        self._limit = 0
+        if isinstance(transport, asyncio.WriteTransport):
             try:
-                self._high_water = self._transport.get_write_buffer_limits()[1]
+                high = transport.get_write_buffer_limits()[1]
+                self._buffered = transport.get_write_buffer_size
+                self._limit = high - FRAMING_MARGIN
             except (AttributeError, NotImplementedError):
-                self._high_water = 0  # unknown: time every write
+                self._buffered = None  # unknown: time every write
         self.client_bytes = 0
         self.client_wait = 0.0  # seconds
         # The latest write's wait: the relay subtracts it from the time between two upstream
@@ -89,18 +90,6 @@ class ClientDelivery:
         self._events = 0
         self._last_type: str | None = None
 
-    def _may_wait(self, size: int) -> bool:
-        protocol, transport = self._protocol, self._transport
-        if protocol is not None and protocol.writing_paused:
-            return True
-        if transport is None or not self._high_water:
-            return True
-        try:
-            buffered = transport.get_write_buffer_size()
-        except (AttributeError, NotImplementedError, RuntimeError):
-            return True
-        return buffered + size + FRAMING_MARGIN > self._high_water
-
     async def write(self, chunk: bytes) -> None:
         """`response.write(chunk)`, timed only when it can wait; exceptions pass through."""
         tap = self._tap
@@ -109,7 +98,12 @@ class ClientDelivery:
             assembler = tap.assembler
             if assembler is not None:
                 self._last_type = assembler.last_event
-        if not self._may_wait(len(chunk)):
+        buffered, protocol = self._buffered, self._protocol
+        if (
+            buffered is not None
+            and buffered() + len(chunk) <= self._limit
+            and (protocol is None or not protocol.writing_paused)
+        ):
             self.last_wait = 0.0
             try:
                 await self._response.write(chunk)
