@@ -8,6 +8,9 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `split-utf8`: a write boundary inside every multi-byte UTF-8 character.
 - `delay=MS`: a pause of MS milliseconds before every write after the first.
 - `stall-after=N`: after N events nothing more is sent; the connection stays open.
+- `keepalive-stall=N`: after N events only keep-alives follow, one a second, forever: SSE
+  `: keep-alive` comments, Anthropic `event: ping`, a blank line for NDJSON (which has no
+  comment). Content never resumes: what a pinging server with a hung generator sends.
 - `cut-after=N`: after N events the connection is closed without ending the HTTP body.
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
 - `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
@@ -40,6 +43,7 @@ RULES = {
     "split-utf8",
     "delay",
     "stall-after",
+    "keepalive-stall",
     "cut-after",
     "cut-mid-event",
     "drop-terminal",
@@ -49,7 +53,9 @@ RULES = {
     "crlf",
 }
 DEFAULTS = {"cut-mid-event": 3, "done-after-cut": 2, "inject-error": 2}
-NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "cut-after"}
+NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "keepalive-stall", "cut-after"}
+# keepalive-stall: the interval between keep-alives (DeepSeek, sse-starlette send 1-15 s).
+KEEPALIVE_INTERVAL_MS = 1000
 
 
 class InjectionError(ValueError):
@@ -111,7 +117,16 @@ class Close:
     """End the connection without ending the HTTP body."""
 
 
-Step = Write | Pause | Stall | Close
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """From now on write `data` every `interval_ms`, and nothing else, until the client leaves
+    (or the shell's own bound ends the drill)."""
+
+    data: bytes
+    interval_ms: int
+
+
+Step = Write | Pause | Stall | Close | KeepAlive
 
 
 class RawEvents:
@@ -188,6 +203,13 @@ def end_marker(dialect: Dialect | None) -> bytes:
     return spec_for(dialect).drills.end_marker
 
 
+def keepalive(dialect: Dialect | None, ndjson: bool) -> bytes:
+    """The dialect's own liveness signal: what its servers send while no content flows."""
+    if ndjson:
+        return spec_for(Dialect.OLLAMA).drills.keepalive
+    return spec_for(dialect).drills.keepalive
+
+
 def to_crlf(raw: bytes) -> bytes:
     return b"\r\n".join(raw.splitlines()) + (b"\r\n" if raw.endswith((b"\n", b"\r")) else b"")
 
@@ -246,6 +268,8 @@ class Injector:
                 parsed = _parse(raw)
                 if parsed is not None:
                     self.dialect = sniff(parsed)
+            if self.events_sent == 0 and rules.get("keepalive-stall") == 0:
+                return self._keepalive_stall()
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
             if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
@@ -278,6 +302,8 @@ class Injector:
                 steps.append(Stall())
                 self.done = True
                 return steps
+            if rules.get("keepalive-stall") == n:
+                return steps + self._keepalive_stall()
         return steps
 
     def _track_sequence(self, raw: bytes) -> None:
@@ -290,6 +316,13 @@ class Injector:
             return
         if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:
             self.next_sequence = seq + 1
+
+    def _keepalive_stall(self) -> list[Step]:
+        data = keepalive(self.dialect, self._raw.ndjson)
+        if "crlf" in self._by_name:
+            data = to_crlf(data)
+        self.done = True
+        return [KeepAlive(data, KEEPALIVE_INTERVAL_MS)]
 
     @staticmethod
     def _is_snapshot(raw: bytes) -> bool:

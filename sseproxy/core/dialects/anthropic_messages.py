@@ -210,6 +210,7 @@ SPEC = DialectSpec(
         ),
         error=lambda _: sse_event(OVERLOADED, "error"),
         end_marker=sse_event({"type": "message_stop"}, "message_stop"),
+        keepalive=sse_event({"type": "ping"}, "ping"),
     ),
     path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
     event_types=EVENTS,
