@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import ENV_PREFIX, ConfigError, Settings, load
+from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load
 from .core import Dialect
 
 COMMANDS = ("serve", "replay", "mock", "demo")
@@ -99,9 +99,7 @@ def _serve_parser(sub: Any) -> None:
     )
     for flag in SERVE_FLAGS:
         default = getattr(DEFAULTS, flag.setting)
-        option = "--" + (
-            "capture" if flag.setting == "capture_dir" else flag.setting.replace("_", "-")
-        )
+        option = flag_name(flag.setting)
         text = f"{flag.help} (default: {shown(default)}; env {ENV_PREFIX}{flag.setting.upper()})"
         if isinstance(default, bool):
             p.add_argument(

@@ -34,6 +34,7 @@ ROUTE_KEYS = ("name", "paths", "upstream", "strip_prefix", "dialect", "inject")
 # What an origin-form request target may hold once aiohttp accepted it: printable ASCII
 # without space or '#'. Anything else is refused rather than re-encoded.
 TARGET_CHARS = re.compile(r"/[\x21\x22\x24-\x7e]*")
+FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
@@ -94,12 +95,11 @@ class Route:
             query_string=query,
             encoded=True,
         )
+        # Belt and braces: the URL as built, and as its text would be parsed again.
         origin = (base.scheme, base.host, base.port)
-        if (url.scheme, url.host, url.port) != origin or (
-            URL(str(url)).host,
-            URL(str(url)).port,
-        ) != origin[1:]:
-            raise ValueError(f"{raw_path!r} would leave route {self.name!r}'s upstream")
+        for candidate in (url, URL(str(url))):
+            if (candidate.scheme, candidate.host, candidate.port) != origin:
+                raise ValueError(f"{raw_path!r} would leave route {self.name!r}'s upstream")
         return url
 
     def describe(self) -> dict[str, Any]:
@@ -216,32 +216,7 @@ def load(
         except UnicodeDecodeError as exc:
             raise ConfigError([f"config file {str(path)!r} is not UTF-8: {exc}"]) from exc
         docs.append((f"{path}", _parse(text, repr(str(path)))))
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for label, doc in docs:
-        for key in doc:
-            if key not in TOP_LEVEL_KEYS:
-                problems.append(
-                    f"{label}: unknown top-level key {key!r}{_hint(key, TOP_LEVEL_KEYS)}"
-                )
-        server = doc.get("server", {})
-        if not isinstance(server, dict):
-            problems.append(f"{label}: [server] must be a table")
-            continue
-        for key, value in server.items():
-            if key in SCALAR_FIELDS:
-                values[key], origins[key] = value, f"[server] in {label}"
-            else:
-                problems.append(
-                    f"{label}: unknown setting {key!r} in [server]{_hint(key, SCALAR_FIELDS)}"
-                )
-    for key in SCALAR_FIELDS:
-        env_value = environ.get(ENV_PREFIX + key.upper())
-        if env_value is not None:
-            values[key], origins[key] = env_value, ENV_PREFIX + key.upper()
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key], origins[key] = value, "--" + key.replace("_", "-")
+    values, origins = _layers(docs, environ, overrides or {}, problems)
     coerced = {k: _coerce(k, v, origins[k], problems) for k, v in values.items()}
     # A file's routes replace the defaults' only when it defines [[routes]] itself.
     label, routes_doc = next((d for d in reversed(docs) if "routes" in d[1]), docs[0])
@@ -253,6 +228,45 @@ def load(
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def _layers(
+    docs: list[tuple[str, dict[str, Any]]],
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any],
+    problems: list[str],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each setting's raw value from the last layer that sets it, and where it came from."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for label, doc in docs:
+        for key in doc:
+            if key not in TOP_LEVEL_KEYS:
+                hint = _hint(key, TOP_LEVEL_KEYS)
+                problems.append(f"{label}: unknown top-level key {key!r}{hint}")
+        server = doc.get("server", {})
+        if not isinstance(server, dict):
+            problems.append(f"{label}: [server] must be a table")
+            continue
+        for key, value in server.items():
+            if key in SCALAR_FIELDS:
+                values[key], origins[key] = value, f"[server] in {label}"
+            else:
+                hint = _hint(key, SCALAR_FIELDS)
+                problems.append(f"{label}: unknown setting {key!r} in [server]{hint}")
+    for key in SCALAR_FIELDS:
+        env_value = environ.get(ENV_PREFIX + key.upper())
+        if env_value is not None:
+            values[key], origins[key] = env_value, ENV_PREFIX + key.upper()
+    for key, value in overrides.items():
+        if value is not None:
+            values[key], origins[key] = value, flag_name(key)
+    return values, origins
+
+
+def flag_name(setting: str) -> str:
+    """The `serve` flag that sets `setting`."""
+    return "--" + FLAG_NAMES.get(setting, setting.replace("_", "-"))
 
 
 def _parse(text: str, label: str) -> dict[str, Any]:
