@@ -21,7 +21,8 @@ from aiohttp import web
 
 from .capture import load_capture, recorded_chunks
 from .core import Dialect, EndReason, StreamTap
-from .core.dialects import detect
+from .core.dialects import detect, spec_for
+from .core.events import Framing
 from .core.inject import (
     Close,
     InjectionError,
@@ -41,7 +42,6 @@ DEFAULT_SPEED = 1.0
 INJECT_HEADER = "x-sseproxy-inject"
 # A raw body file has no timing: its events are spaced this far apart (before --speed).
 RAW_EVENT_INTERVAL_MS = 20.0
-CONTENT_TYPES = {Dialect.OLLAMA: "application/x-ndjson"}
 DROP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
 # A stall drill (silent or keep-alive) holds the connection at most this long, then cuts it.
 MAX_STALL_S = 3600.0
@@ -93,9 +93,10 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     tap.feed(data)
     verdict = tap.close()
     chosen = dialect or verdict.dialect
-    events = _split_events(data, chosen is Dialect.OLLAMA)
+    spec = spec_for(chosen)
+    events = _split_events(data, spec.framing is Framing.NDJSON)
     cut = verdict.interruption is not None and verdict.interruption.partial_event_bytes > 0
-    content_type = CONTENT_TYPES.get(chosen, "text/event-stream")
+    content_type = spec.media_type
     return Recording(
         name=f"{chosen.value}/{path.name.split('.', 1)[0]}",
         dialect=chosen,
