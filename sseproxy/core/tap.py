@@ -26,6 +26,12 @@ __all__ = ["Framing", "StreamTap", "TapOptions"]
 # Events held while the dialect is still unknown (auto mode). The first telling event decides;
 # a stream that says nothing within this many events is analysed as plain SSE.
 SNIFF_EVENTS = 32
+# Decompressed bytes of one compressed response analysed at most. Real LLM streams decompress
+# to a few MiB to ~20 MiB (a 64k-token Chat answer at ~250 bytes per chunk is ~16 MiB); 64 MiB
+# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand
+# at a few seconds of CPU, spent in short slices between other streams' work. Identity bodies
+# need no budget: their analysis is proportional to the bytes actually received.
+DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
 # States that a client leaving cannot change once the events decided them.
@@ -37,6 +43,7 @@ class TapOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     strict: bool = False
 
 
@@ -74,6 +81,7 @@ class StreamTap:
         self._verdict: Verdict | None = None
         self._direct: tuple[SSEDecoder, Assembler] | None = None
         self._decoder: BodyDecoder | None = None
+        self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
             self._decoder = BodyDecoder(content_encoding)
         except ContentDecodingError:
@@ -107,11 +115,42 @@ class StreamTap:
                 self._go_blind("core_error")
                 return 0
             return assembler.content_deltas - before
-        if self._blind is not None or self._decoder is None:
+        deltas = self._analyse_slice(chunk)
+        reader = self._reader
+        if (
+            type(reader) is SSEReader
+            and self.assembler is not None
+            and self._decoder is not None
+            and self._decoder.identity
+            and self._blind is None
+        ):
+            self._direct = (reader.decoder, self.assembler)
+        return deltas
+
+    @property
+    def backlog(self) -> bool:
+        """Compressed input received but not yet analysed: call `pump()` (one slice each)."""
+        return self._blind is None and self._decoder is not None and self._decoder.pending
+
+    def pump(self) -> int:
+        """Analyse one more slice of a compressed body's backlog; returns content deltas."""
+        return self._analyse_slice(b"") if self.backlog else 0
+
+    def _analyse_slice(self, chunk: bytes) -> int:
+        """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
+        decoder = self._decoder
+        if self._blind is not None or decoder is None:
             return 0
         before = self.assembler.content_deltas if self.assembler else 0
         try:
-            for piece in self._decoder.decode(chunk):
+            piece = decoder.decode(chunk)
+            if not decoder.identity:
+                if self.decoded_bytes + len(piece) > self.options.max_decoded_bytes:
+                    self._go_blind("analysis_budget_exceeded")
+                    self._decoder = None  # its backlog is dropped: nothing more is analysed
+                    return 0
+                self.decoded_bytes += len(piece)
+            if piece:
                 self._feed_decoded(piece)
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
@@ -121,14 +160,6 @@ class StreamTap:
                 raise
             self._go_blind("core_error")
             return 0
-        reader = self._reader
-        if (
-            type(reader) is SSEReader
-            and self.assembler is not None
-            and self._decoder.identity
-            and self._blind is None
-        ):
-            self._direct = (reader.decoder, self.assembler)
         return (self.assembler.content_deltas if self.assembler else 0) - before
 
     def close(
@@ -265,7 +296,9 @@ class StreamTap:
 
     def _finish_framing(self) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
-        if self._decoder is not None and not self._decoder.finish():
+        while self.backlog:  # a caller that did not pump: the budget bounds this
+            self.pump()
+        if self._decoder is not None and self._blind is None and not self._decoder.finish():
             self.anomalies["truncated_compressed_body"] += 1
         if self._reader is None and self._choice is not None:
             framing = self._choice.finish()
@@ -367,9 +400,10 @@ class StreamTap:
 
     @property
     def retained_bytes(self) -> int:
+        decoder = self._decoder.retained_bytes if self._decoder is not None else 0
         if self._reader is not None:
-            return self._reader.retained_bytes
-        return self._choice.held_len if self._choice is not None else 0
+            return self._reader.retained_bytes + decoder
+        return (self._choice.held_len if self._choice is not None else 0) + decoder
 
     def primary_text(self) -> str:
         """The visible answer of choice / candidate 0 (all parts for single-message dialects)."""

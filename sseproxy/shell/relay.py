@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from ..capture import redact_headers
 from ..config import Settings
@@ -28,7 +27,7 @@ from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import INJECT_HEADER, Refused, via_entry
 from .errors import CLIENT_IO, UPSTREAM_IO, Ended, IdleTimeout
 from .tapping import open_tap
-from .upstream import BadTarget, forwardable, refusal, upstream_url
+from .upstream import forwardable, refusal
 
 if TYPE_CHECKING:
     from .app import Exchange, ProxyState
@@ -106,11 +105,6 @@ class Drill:
         return [s.data if isinstance(s, InjectWrite) else s for s in self.injector.finish()]
 
 
-def public_upstream(upstream: str) -> str:
-    """The upstream as it may be shown: never its userinfo."""
-    return str(URL(upstream).with_user(None))
-
-
 async def forward(
     request: web.Request, x: Exchange, state: ProxyState, settings: Settings
 ) -> web.StreamResponse:
@@ -119,8 +113,8 @@ async def forward(
     route = facts.route
     assert route is not None and state.session is not None
     try:
-        url = upstream_url(route, request.raw_path)
-    except BadTarget as exc:
+        url = route.target(request.raw_path)  # scheme, host and port only from the route
+    except ValueError as exc:
         raise Refused(400, "bad_target", str(exc)) from exc
     headers = forwardable(
         request.headers, drop=frozenset({"host", "content-length", "expect", INJECT_HEADER})
@@ -147,7 +141,7 @@ async def forward(
             UPSTREAM_ERROR_TYPES.get(ended.reason, "upstream_unreachable"),
             ended.cause,
             end=ended.reason,
-            upstream=public_upstream(route.upstream),
+            upstream=route.upstream,  # userinfo masked
         ) from ended
 
     def expire() -> None:
@@ -232,7 +226,6 @@ async def relay(
     assert tap is not None and p.view is not None
     timeline = p.view.timeline
     read, write = upstream.content.readany, response.write
-    backlog = hasattr(tap, "backlog")  # the core's bounded-analysis API, once it exists
     while True:
         with UPSTREAM_IO:
             chunk = await read()
@@ -252,10 +245,9 @@ async def relay(
                 timings.chunk(now, deltas)
                 if len(timeline) < TIMELINE_POINTS:
                     timeline.append((now, len(out), deltas))
-            if backlog:
-                while tap.backlog:  # type: ignore[attr-defined,unused-ignore]
-                    await asyncio.sleep(0)  # analysis in slices: the loop stays responsive
-                    timings.chunk(now, tap.pump())  # type: ignore[attr-defined,unused-ignore]
+            while tap.backlog:  # a compressed body is analysed in slices: others run between
+                await asyncio.sleep(0)
+                timings.chunk(now, tap.pump())
         if not chunk or transform.done:
             return
 

@@ -1,5 +1,5 @@
 """The upstream side: pooled connections that cannot carry one response to another request,
-the upstream URL built structurally, and the checks a response head must pass to be forwarded.
+and the checks a response head must pass to be forwarded. (The URL is `Route.target`'s.)
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict
-from yarl import URL
 
-from ..config import Route
 from .errors import UpstreamFramingError
 
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward. `Expect` too: the
@@ -119,39 +117,6 @@ def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) 
             continue
         out.add(name, value)
     return out
-
-
-class BadTarget(ValueError):
-    """The URL built for a request would leave the route's scheme, host or port."""
-
-
-def upstream_url(route: Route, raw_target: str) -> URL:
-    """The route's upstream plus the client's path and query exactly as the client sent them.
-
-    Scheme, host and port come only from the route; the path is appended as raw bytes, never
-    decoded (`%3F` stays in the path, `%2F` stays a character of a segment). `strip_prefix`
-    is removed only on a segment boundary, so the rest always starts with `/`.
-    """
-    raw_path, _, raw_query = raw_target.partition("?")
-    prefix = route.strip_prefix.rstrip("/")
-    if prefix and (raw_path == prefix or raw_path.startswith(prefix + "/")):
-        raw_path = raw_path[len(prefix) :] or "/"
-    if not raw_path.startswith("/"):
-        raise BadTarget(f"path {raw_path[:100]!r} does not start with /")
-    base = URL(route.upstream)
-    url = URL.build(
-        scheme=base.scheme,
-        user=base.raw_user,
-        password=base.raw_password,
-        host=base.raw_host or "",
-        port=base.explicit_port,
-        path=base.raw_path.rstrip("/") + raw_path,
-        query_string=raw_query,
-        encoded=True,
-    )
-    if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
-        raise BadTarget(f"{url.host}:{url.port} is not the route's upstream")
-    return url
 
 
 def _unforwardable(value: bytes) -> bool:

@@ -86,7 +86,7 @@ class AnthropicMessagesAssembler(Assembler):
         self.merge_usage(message.get("usage"))
 
     def on_block_start(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         block = obj.get("content_block")
         if index is None or not isinstance(block, dict):
             return
@@ -107,7 +107,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.server_tool_calls.append(name if isinstance(name, str) else str(btype))
 
     def on_delta(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         delta = obj.get("delta")
         if index is None or not isinstance(delta, dict):
             return
@@ -127,7 +127,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.anomalies["unknown_delta_type"] += 1
 
     def on_block_stop(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         if index in self.tool_calls:
             self.tool_calls[index].completed = True
 
@@ -210,6 +210,7 @@ SPEC = DialectSpec(
         ),
         error=lambda _: sse_event(OVERLOADED, "error"),
         end_marker=sse_event({"type": "message_stop"}, "message_stop"),
+        keepalive=sse_event({"type": "ping"}, "ping"),
     ),
     path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
     event_types=EVENTS,

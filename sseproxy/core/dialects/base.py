@@ -23,6 +23,16 @@ from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary
 DEFAULT_CONTENT_CHARS = 4 * 1024 * 1024
 # Tool arguments must be kept whole to be validated as JSON when the call completes.
 DEFAULT_TOOL_ARGUMENT_CHARS = 8 * 1024 * 1024
+# An index a peer sends (content block, content part, output item, tool call, path element) is
+# accepted in 0..MAX_INDEX-1; beyond is the `index_out_of_range` anomaly and that part is
+# ignored. Real responses stay in the tens; the cap keeps a forged index from sizing anything.
+MAX_INDEX = 1024
+# Choices / candidates per response: OpenAI's `n` is at most 128 (Gemini's candidateCount 8).
+# Each one is an entry of the record's finish reasons, so a forged index must not add more.
+MAX_CHOICES = 128
+# Tool calls kept per response (each is a summary in the record); beyond, calls are counted
+# (`too_many_tool_calls`) but not kept. Real responses make a handful of parallel calls.
+MAX_TOOL_CALLS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +331,22 @@ class Assembler:
     def tool_call(self, key: Hashable) -> ToolCallBuffer:
         call = self.tool_calls.get(key)
         if call is None:
-            call = self.tool_calls[key] = ToolCallBuffer()
+            call = ToolCallBuffer()
+            if len(self.tool_calls) < MAX_TOOL_CALLS:
+                self.tool_calls[key] = call
+            else:
+                self.anomalies["too_many_tool_calls"] += 1  # a detached buffer: not kept
         return call
+
+    def index(self, value: Any, default: int | None = None, cap: int = MAX_INDEX) -> int | None:
+        """A peer's index if it is an integer in 0..cap-1; `default` if absent; else None and
+        the `index_out_of_range` anomaly (the caller ignores that part)."""
+        if value is None:
+            return default
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < cap:
+            return value
+        self.anomalies["index_out_of_range"] += 1
+        return None
 
     def set_call_identity(
         self, call: ToolCallBuffer, call_id: Any, name: Any, snapshot: bool = False

@@ -111,6 +111,7 @@ SPEC = DialectSpec(
         is_terminal=lambda event, raw: b'"done":true' in raw.replace(b" ", b""),
         error=lambda _: json.dumps(RUNNER_STOPPED).encode() + b"\n",
         end_marker=b'{"done":true}\n',
+        keepalive=b"\n",  # NDJSON has no comment; readers skip blank lines
     ),
     path_suffixes=("/api/chat", "/api/generate"),
     content_types=("ndjson",),

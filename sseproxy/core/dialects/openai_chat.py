@@ -10,7 +10,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig
+from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
 from .spec import DialectSpec, Drills, done_marker, generic_error
 
@@ -93,9 +93,10 @@ class OpenAIChatAssembler(Assembler):
                 self.on_choice(choice, position)
 
     def on_choice(self, choice: dict[str, Any], position: int) -> None:
-        index = choice.get("index")
-        if not isinstance(index, int):
-            index = position
+        raw = choice.get("index")
+        index = self.index(raw if isinstance(raw, int) else position, cap=MAX_CHOICES)
+        if index is None:
+            return
         self.finish.setdefault(index, None)
         delta = choice.get("delta") or choice.get("message")  # `message` in a non-stream body
         if isinstance(delta, dict):
@@ -134,6 +135,8 @@ class OpenAIChatAssembler(Assembler):
 
     def on_tool_call_delta(self, index: int, call: dict[str, Any], position: int) -> None:
         call_index = call.get("index")
+        if isinstance(call_index, int) and self.index(call_index) is None:
+            return
         if not isinstance(call_index, int):
             # Some compatibles omit `index`: a new id starts a call, otherwise continue the last.
             call_index = self._index_without_index(index, call.get("id"), position)

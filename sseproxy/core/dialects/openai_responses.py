@@ -138,7 +138,10 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["unknown_event_type"] += 1
 
     def on_part_delta(self, kind: str, obj: dict[str, Any]) -> None:
-        key = (ident(obj.get("item_id")), as_int(obj.get("content_index")) or 0)
+        index = self.index(obj.get("content_index"), 0)
+        if index is None:
+            return
+        key = (ident(obj.get("item_id")), index)
         if (str(key[0]), kind, key[1]) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
         if kind == "text":
@@ -148,7 +151,13 @@ class OpenAIResponsesAssembler(Assembler):
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
-        return self.tool_call(ident(obj.get("item_id")) or ident(obj.get("output_index")))
+        item_id = ident(obj.get("item_id"))
+        if item_id:
+            return self.tool_call(item_id)
+        index = self.index(obj.get("output_index"))
+        if index is None and obj.get("output_index") is not None:
+            return ToolCallBuffer()  # out of range: counted, not kept
+        return self.tool_call(index)
 
     def on_item(self, item: Any, done: bool) -> None:
         if not isinstance(item, dict):
@@ -169,7 +178,9 @@ class OpenAIResponsesAssembler(Assembler):
 
     def on_done_snapshot(self, etype: str, obj: dict[str, Any]) -> None:
         item_id = ident(obj.get("item_id"))
-        index = as_int(obj.get("content_index")) or 0
+        index = self.index(obj.get("content_index"), 0)
+        if index is None:
+            return
         if etype == "response.output_text.done":
             self.done_parts.add((str(item_id), "text", index))
             self.compare_store(self.text, (item_id, index), obj.get("text"))

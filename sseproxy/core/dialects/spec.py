@@ -30,12 +30,14 @@ class Drills:
 
     `is_terminal(event, raw)`: the event (None for an NDJSON line) is part of the terminal
     signal that `drop-terminal` removes; `error(sequence_number)`: the dialect's own in-band
-    error for `inject-error`; `end_marker`: what a relay sends after a failure (`done-after-cut`).
+    error for `inject-error`; `end_marker`: what a relay sends after a failure (`done-after-cut`);
+    `keepalive`: what its servers send while no content flows (`keepalive-stall`).
     """
 
     is_terminal: Callable[[SSEEvent | None, bytes], bool]
     error: Callable[[int], bytes]
     end_marker: bytes = b"data: [DONE]\n\n"
+    keepalive: bytes = b": keep-alive\n\n"
 
 
 @dataclass(frozen=True, slots=True)
