@@ -71,3 +71,23 @@ async def test_a_raising_sink_changes_nothing_for_clients(
     assert sink_errors(state.metrics.exposition().decode(), sink) == 2
     assert not state.inspector.active  # the inspector entry is released on every path
     assert capsys.readouterr().err.count(f"the {sink} sink failed") == 1
+
+
+async def test_a_record_that_cannot_be_built_still_leaves_a_record_and_a_clean_end(
+    upstream, make_proxy, logs, monkeypatch
+) -> None:
+    from sseproxy.shell import record
+
+    def broken(*args: object) -> None:
+        raise ValueError("a value no serialiser takes")
+
+    monkeypatch.setattr(record, "build", broken)
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(COMPLETE)]))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={})
+    assert await resp.read() == COMPLETE
+    [fallback] = await logs.wait(1)
+    assert fallback["request_id"] == resp.headers["x-sseproxy-request-id"]
+    assert (fallback["status"], fallback["anomalies"]) == (200, {"record_error": 1})
+    assert "a value no serialiser takes" in fallback["error"]["message"]
