@@ -130,15 +130,15 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             break_downstream(request)
             return web.Response(status=500)
     finally:
-        finish(state, x)
+        finish(state, x, settings.content_timeout)
         release(state, x)
 
 
-def finish(state: ProxyState, x: Exchange) -> None:
+def finish(state: ProxyState, x: Exchange, content_timeout: float | None = None) -> None:
     """Build the record once, after the client's response has ended, and hand it to sinks."""
     try:
-        verdict = records.verdict_of(x.facts, x.progress)
-        record = records.build(x.facts, x.progress, verdict)
+        verdict, pacing = records.verdict_of(x.facts, x.progress, content_timeout)
+        record = records.build(x.facts, x.progress, verdict, pacing)
     except Exception as exc:  # never lose the record: a minimal one says what is known
         verdict = Verdict(dialect=Dialect.SSE, state=State.UNCONFIRMED)
         record = records.fallback(x.facts, x.progress, exc)

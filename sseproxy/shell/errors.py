@@ -33,6 +33,10 @@ class IdleTimeout(TimeoutError):
     """Set on the upstream body by the idle watch: no upstream byte for `idle_timeout`."""
 
 
+class ContentTimeout(TimeoutError):
+    """Set on the upstream body by the content watch: bytes still came, content did not."""
+
+
 class UpstreamFramingError(aiohttp.ClientPayloadError):
     """The upstream body broke its own HTTP framing (a chunk longer than its size line, ...)."""
 
@@ -64,6 +68,7 @@ Rule = tuple[type[BaseException] | tuple[type[BaseException], ...], Callable[[Ba
 # a reset after the connection was accepted is `upstream_reset`, whenever it happens.
 UPSTREAM: tuple[tuple[Rule, EndReason], ...] = (
     ((IdleTimeout, _always), EndReason.IDLE_TIMEOUT),
+    ((ContentTimeout, _always), EndReason.CONTENT_TIMEOUT),
     ((UpstreamFramingError, _always), EndReason.UPSTREAM_PROTOCOL_ERROR),
     # aiohttp's parser refused the response head (bad status line, header, first chunk).
     ((aiohttp.ClientResponseError, _always), EndReason.UPSTREAM_PROTOCOL_ERROR),

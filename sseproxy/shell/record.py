@@ -14,7 +14,9 @@ from ..capture import Capture
 from ..config import Route
 from ..core import EndReason, ErrorInfo, Interruption, State, StreamTap, Verdict, with_transport
 from ..core.inject import Rule
+from ..core.pacing import Pacing, PacingSummary
 from ..core.request import RequestFacts as CoreRequestFacts
+from ..delivery import ClientDelivery
 from ..inspector import StreamView
 from ..log import redact_processor
 from .tapping import close_tap
@@ -57,11 +59,15 @@ class Timings:
     last_content: float | None = None
     max_content_gap: float = 0.0
 
-    def chunk(self, now: float, content_deltas: int) -> None:
-        """One chunk reached the client (`content_deltas` content deltas in it)."""
+    def chunk(self, arrived: float, now: float, content_deltas: int) -> None:
+        """A chunk that `arrived` from upstream reached the client at `now`.
+
+        The gap is the upstream's silence (arrival minus the previous chunk's delivery), so a
+        client that reads slowly shows in `client_wait_ms`, not in `max_gap_ms`.
+        """
         last = self.last_chunk or self.headers or self.start
-        if now - last > self.max_gap:
-            self.max_gap = now - last
+        if arrived - last > self.max_gap:
+            self.max_gap = arrived - last
         self.last_chunk = now
         if content_deltas:
             if self.first_content is None:
@@ -103,6 +109,8 @@ class Progress:
     view: StreamView | None = None
     capture: Capture | None = None
     span: Span | None = None
+    delivery: ClientDelivery | None = None
+    pacing: Pacing | None = None
     end: EndReason | str = EndReason.END_OF_INPUT
     http_complete: bool = False
     proxy_error: ErrorInfo | None = None
@@ -112,11 +120,25 @@ def proxy_error(etype: str, message: str) -> ErrorInfo:
     return ErrorInfo(type=f"sseproxy_{etype}", code=None, message=message)
 
 
-def verdict_of(facts: RequestFacts, progress: Progress) -> Verdict:
-    """Close the tap, then apply what only the shell knows: status, who left, own errors."""
+def verdict_of(
+    facts: RequestFacts, progress: Progress, content_timeout: float | None = None
+) -> tuple[Verdict, PacingSummary | None]:
+    """Close the tap, then apply what only the shell knows: status, who left, own errors,
+    and the pacing findings (their anomalies count like the core's)."""
     end = progress.end
     tap = progress.tap
     verdict = close_tap(tap, end, progress.http_complete)
+    pacing = paced(progress, verdict, content_timeout)
+    if pacing is not None and pacing.anomalies:
+        anomalies = dict(verdict.anomalies)
+        for name in pacing.anomalies:
+            anomalies[name] = anomalies.get(name, 0) + 1
+        verdict = verdict.replace(anomalies=anomalies)
+    return _transport(facts, progress, verdict), pacing
+
+
+def _transport(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Verdict:
+    end = progress.end
     if progress.proxy_error is not None:
         interruption = None if end == EndReason.END_OF_INPUT else Interruption(str(end), 0)
         return verdict.replace(
@@ -129,7 +151,27 @@ def verdict_of(facts: RequestFacts, progress: Progress) -> Verdict:
     return with_transport(verdict, progress.status, str(end))
 
 
-def build(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Record:
+def paced(
+    progress: Progress, verdict: Verdict, content_timeout: float | None = None
+) -> PacingSummary | None:
+    pacing = progress.pacing
+    if pacing is None:
+        return None
+    output = verdict.usage.output_tokens if verdict.usage is not None else None
+    return pacing.conclude(
+        time.monotonic(),
+        output if isinstance(output, int) else None,
+        last_byte=progress.timings.last_chunk,
+        content_timeout=content_timeout,
+    )
+
+
+def build(
+    facts: RequestFacts,
+    progress: Progress,
+    verdict: Verdict,
+    pacing: PacingSummary | None = None,
+) -> Record:
     """The record: every field a sink may use, redacted once, JSON-safe, read-only."""
     body = verdict.to_dict()
     response_model = body.pop("model")
@@ -149,6 +191,11 @@ def build(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Record:
         **progress.timings.fields(time.monotonic()),
         **body,
     }
+    if pacing is not None:
+        fields.update(pacing.fields())
+    if progress.delivery is not None:
+        broken = not progress.http_complete or progress.end == EndReason.CLIENT_DISCONNECTED
+        fields.update(progress.delivery.fields(broken))
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:

@@ -23,9 +23,11 @@ from ..core.inject import Close as InjectClose
 from ..core.inject import Injector
 from ..core.inject import Pause as InjectPause
 from ..core.inject import Write as InjectWrite
+from ..core.pacing import Pacing
+from ..delivery import ClientDelivery, ContentWatch
 from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import INJECT_HEADER, Refused, via_entry
-from .errors import CLIENT_IO, UPSTREAM_IO, Ended, IdleTimeout
+from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
 from .tapping import open_tap
 from .upstream import forwardable, refusal
 
@@ -150,11 +152,21 @@ async def forward(
         )
         upstream.close()
 
+    def stalled() -> None:  # bytes keep coming (keep-alives, pings), content does not
+        silence = ContentTimeout(f"no content delta for {settings.content_timeout} s")
+        upstream.content.set_exception(silence)
+        upstream.close()
+
     watch = IdleWatch(settings.idle_timeout, expire)
+    stalls = None
+    if settings.content_timeout is not None:
+        stalls = ContentWatch(settings.content_timeout, settings.content_stall_action, stalled)
     try:
-        return await respond(request, x, state, settings, upstream, watch)
+        return await respond(request, x, state, settings, upstream, watch, stalls)
     finally:
         watch.stop()
+        if stalls is not None:
+            stalls.stop()
         if x.progress.http_complete and upstream.content.at_eof():
             upstream.release()  # keep the upstream connection for the next request
         else:
@@ -168,6 +180,7 @@ async def respond(
     settings: Settings,
     upstream: aiohttp.ClientResponse,
     watch: IdleWatch,
+    stalls: ContentWatch | None,
 ) -> web.StreamResponse:
     """Check the response head, start the client's response, relay, end it as upstream did."""
     p = x.progress
@@ -198,7 +211,8 @@ async def respond(
     try:
         with CLIENT_IO:
             await response.prepare(request)
-        await relay(x, upstream, response, transform, watch, settings)
+        p.delivery = ClientDelivery(request, response, p.tap)
+        await relay(x, upstream, transform, watch, stalls, settings)
         # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
         # may still say `interrupted` (no terminal event): that is what the record is for.
         p.end, p.http_complete = EndReason.UPSTREAM_CLOSED, True
@@ -215,23 +229,33 @@ async def respond(
 async def relay(
     x: Exchange,
     upstream: aiohttp.ClientResponse,
-    response: web.StreamResponse,
     transform: Identity | Drill,
     watch: IdleWatch,
+    stalls: ContentWatch | None,
     settings: Settings,
 ) -> None:
     """One upstream chunk, through the transformation, written at once, then accounted for."""
     p = x.progress
-    tap, timings, capture = p.tap, p.timings, p.capture
-    assert tap is not None and p.view is not None
-    timeline = p.view.timeline
-    read, write = upstream.content.readany, response.write
+    tap, timings, pacing, capture = p.tap, p.timings, p.pacing, p.capture
+    assert tap is not None and p.view is not None and pacing is not None
+    assert p.delivery is not None
+    timeline, read, write = p.view.timeline, upstream.content.readany, p.delivery.write
+
+    def account(arrived: float, now: float, size: int, deltas: int) -> None:
+        timings.chunk(arrived, now, deltas)
+        pacing.content(arrived, deltas)
+        if stalls is not None:
+            stalls.chunk(arrived, deltas)
+        if len(timeline) < TIMELINE_POINTS:
+            timeline.append((now, size, deltas))
+
     while True:
         with UPSTREAM_IO:
             chunk = await read()
-        watch.last = time.monotonic()
+        arrived = watch.last = time.monotonic()
+        pacing.first_byte(arrived)
         if capture is not None and chunk:
-            capture.chunk(chunk, watch.last)
+            capture.chunk(chunk, arrived)
         for out in transform.feed(chunk) if chunk else transform.finish():
             if type(out) is not bytes:
                 await perform(out, upstream, settings)
@@ -241,13 +265,12 @@ async def relay(
                     await write(out)
             finally:  # counted even when the write failed: these bytes did arrive
                 now = time.monotonic()
-                deltas = tap.feed(out)
-                timings.chunk(now, deltas)
-                if len(timeline) < TIMELINE_POINTS:
-                    timeline.append((now, len(out), deltas))
-            while tap.backlog:  # a compressed body is analysed in slices: others run between
+                account(arrived, now, len(out), tap.feed(out))
+            while tap.backlog:  # a compressed body is analysed in slices; others run between
                 await asyncio.sleep(0)
-                timings.chunk(now, tap.pump())
+                if deltas := tap.pump():
+                    account(now, now, 0, deltas)
+            arrived = now  # a drill's next write follows this one
         if not chunk or transform.done:
             return
 
@@ -295,6 +318,7 @@ def begin(
             p.upstream_request_id = upstream.headers[name]
             break
     p.response_headers = redact_headers(upstream.headers)
+    p.pacing = Pacing(facts.start)
     p.view = StreamView(
         facts.request_id,
         facts.method,

@@ -1,0 +1,95 @@
+"""The shell's side of delivery and pacing: what the client accepted and how long writes
+waited for it, a keep-alive-only stall logged or cut at --content-timeout, the pacing figures
+in the record."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from tests.integration.fake_upstream import Script, Send, Sleep, WaitFor
+from tests.streams import chat_chunk, sse
+
+PATH = "/v1/chat/completions"
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+async def test_a_slow_reading_client_shows_in_client_wait_not_in_max_gap(
+    upstream, make_proxy, logs
+) -> None:
+    fake, _ = upstream
+    block = b"data: " + b"y" * 65_530 + b"\n\n"
+    fake.script(PATH, Script([Send(block)] * 400))  # 26 MB, as fast as the proxy takes it
+    client = await make_proxy()
+    resp = await client.post(PATH, json={})
+    await resp.content.readexactly(1024)
+    await asyncio.sleep(0.5)  # the client reads nothing for a while: the proxy's writes wait
+    rest = await resp.read()
+    [record] = await logs.wait(1)
+    assert record["client_bytes"] == 1024 + len(rest) == len(block) * 400
+    assert record["client_wait_ms"] >= 400  # most of the pause was spent waiting to write
+    assert record["max_gap_ms"] < record["client_wait_ms"]  # the upstream was never silent
+    assert "events_delivered" not in record  # a whole stream needs no pointer
+
+
+async def test_a_client_leaving_mid_stream_is_told_where_it_left(
+    upstream, make_proxy, logs
+) -> None:
+    fake, _ = upstream
+    never = asyncio.Event()
+    fake.script(PATH, Script([Send(sse(chat_chunk("a"), chat_chunk("b"))), WaitFor(never)]))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={})
+    await resp.content.readuntil(b'"b"')
+    resp.close()
+    [record] = await logs.wait(1)
+    assert record["state"] == "cancelled"
+    assert (record["events_delivered"], record["last_event_delivered"]) == (2, "chunk")
+
+
+@pytest.mark.parametrize("action", ["log", "cut"])
+async def test_a_keepalive_only_stall_is_counted_or_cut_at_the_content_timeout(
+    action, upstream, make_proxy, logs
+) -> None:
+    fake, _ = upstream
+    steps = [Send(sse(chat_chunk("Hel")))]
+    steps += [s for _ in range(8) for s in (Sleep(0.1), Send(KEEP_ALIVE))]
+    steps += [Send(sse(chat_chunk("lo"), chat_chunk(finish="stop"), "[DONE]"))]
+    fake.script(PATH, Script(steps))
+    client = await make_proxy(content_timeout=0.4, content_stall_action=action, idle_timeout=5)
+    resp = await client.post(PATH, json={})
+    if action == "cut":
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    else:
+        await resp.read()
+    [record] = await logs.wait(1)
+    assert record["anomalies"]["content_stall"] == 1
+    if action == "cut":
+        assert (record["state"], record["interruption"]["reason"]) == (
+            "interrupted",
+            "content_timeout",
+        )
+        assert record["last_event_delivered"] == "chunk"
+    else:
+        assert record["state"] == "completed"
+        assert record["comments"] == 8
+
+
+async def test_pacing_figures_reach_the_record(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    usage = {"prompt_tokens": 3, "completion_tokens": 10, "total_tokens": 13}
+    end = sse({**chat_chunk(finish="stop"), "usage": usage}, "[DONE]")
+    fake.script(
+        PATH,
+        Script([Send(sse(chat_chunk("a"))), Sleep(0.2), Send(sse(chat_chunk("b")) + end)]),
+    )
+    client = await make_proxy()
+    await (await client.post(PATH, json={})).read()
+    [record] = await logs.wait(1)
+    burst = record["content_burst_ms"]
+    assert burst >= 200
+    assert record["output_tokens_per_s"] == pytest.approx(10 / (burst / 1000), rel=1e-3)
+    assert record["time_to_first_content_ms"] is not None
