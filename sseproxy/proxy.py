@@ -47,7 +47,7 @@ from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .metrics import Metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -687,8 +687,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[STATE].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Rendering every zero-initialised series takes milliseconds: not on the event loop.
+    render = request.app[STATE].metrics.render
+    body, content_type = await asyncio.to_thread(render, request.headers.get("Accept"))
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()  # gzip when the scraper accepts it, as Prometheus does
+    return response
 
 
 async def own_not_found(request: web.Request) -> web.Response:
@@ -715,7 +719,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         from .tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
