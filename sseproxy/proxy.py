@@ -356,7 +356,7 @@ class Exchange:
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
         inspector.finished(self.request_id, fields, text)
         if self.span is not None and self.state.tracing is not None:
-            self.state.tracing.end(self.span, verdict, fields)
+            self.state.tracing.end(self.span, verdict, fields, request=self.request_body)
         if self.capture is not None and self.state.captures is not None:
             self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
 
