@@ -26,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import __version__
+from .admin import admin_refusal
 from .capture import Capture, CaptureSettings, CaptureStore, redact_headers
 from .config import Route, Settings
 from .core import (
@@ -650,21 +651,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
     if request.method == "CONNECT":
         return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return refuse(request, 400, "sseproxy_absolute_form", "only origin-form targets")
-    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
-        settings = request.app[SETTINGS]
-        if not is_loopback(settings.host):
-            token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
-            )
-            if not token or not given:
-                return json_error(403, "sseproxy_forbidden", "admin token required")
+    refused = admin_refusal(request, request.app[SETTINGS])
+    if refused is not None:
+        return refused
     return await handler(request)
 
 
