@@ -51,6 +51,7 @@ class StreamView:
     finish_reason: Any = None
     ttft_ms: float | None = None
     duration_ms: float | None = None
+    output_tokens_per_s: float | None = None
     bytes: int = 0
     anomalies: dict[str, int] = field(default_factory=dict)
     interruption: dict[str, Any] | None = None
@@ -75,6 +76,7 @@ class StreamView:
             "duration_ms": self.duration_ms
             if self.duration_ms is not None
             else round((time.monotonic() - self.start) * 1000, 1),
+            "output_tokens_per_s": self.output_tokens_per_s,
             "bytes": self.tap.bytes if self.tap is not None else self.bytes,
             "anomalies": self.anomalies,
             "interruption": self.interruption,
@@ -138,6 +140,7 @@ class Inspector:
             "finish_reason",
             "ttft_ms",
             "duration_ms",
+            "output_tokens_per_s",
             "bytes",
             "anomalies",
             "interruption",

@@ -34,6 +34,10 @@ __all__ = ["ANOMALIES", "CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
 
 # Latencies of LLM streams: first bytes in milliseconds to seconds, whole answers up to minutes.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# Generation speed, tokens per second: slow local models to the fastest hosted inference.
+SPEED_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+# Faster than any model generates: a bad usage object or a zero-length content span.
+MAX_TOKENS_PER_SECOND = 1_000_000
 # Non-overlapping: input_uncached + input_cached = the prompt, output_reasoning +
 # output_visible = everything generated. (Providers' own `input` includes cached tokens and
 # OpenAI's `output` includes reasoning tokens; summing those kinds would count tokens twice.)
@@ -85,7 +89,15 @@ ANOMALIES = (
     "upstream_buffered",
 )
 # Values a peer can send that no real stream has; each is dropped and counted by field.
-IMPOSSIBLE_FIELDS = ("tokens", "bytes", "ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms")
+IMPOSSIBLE_FIELDS = (
+    "tokens",
+    "bytes",
+    "ttfb_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_gap_ms",
+    "output_tokens_per_s",
+)
 _S = State
 _F = FinishCategory
 # The (state, finish_category, status_class) outcomes the core and the shell produce, made to
@@ -194,6 +206,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.output_speed = Histogram(
+            "sseproxy_output_tokens_per_second",
+            "Output tokens (from usage) over the time from first to last content delta",
+            ["dialect", "model"],
+            buckets=SPEED_BUCKETS,
+            registry=r,
+        )
         self.active = Gauge("sseproxy_active_streams", "Requests in flight", registry=r)
         self.upstream_bytes = Counter(
             "sseproxy_upstream_bytes",
@@ -238,6 +257,8 @@ class Metrics:
             self.upstream_bytes.labels(dialect)
             for kind in TOKEN_KINDS:
                 self.tokens.labels(dialect, kind)
+            for model in models:
+                self.output_speed.labels(dialect, model)
 
     def model_label(self, model: str | None) -> str:
         return model if model in self.models else "other"
@@ -273,6 +294,13 @@ class Metrics:
                     histogram.labels(dialect).observe(value / 1000)
                 else:
                     self.impossible.labels(key).inc()
+        speed = fields.get("output_tokens_per_s")
+        if isinstance(speed, int | float) and not isinstance(speed, bool):
+            if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
+                model = self.model_label(fields.get("model"))
+                self.output_speed.labels(dialect, model).observe(speed)
+            else:
+                self.impossible.labels("output_tokens_per_s").inc()
         if verdict.bytes >= 0:
             self.upstream_bytes.labels(dialect).inc(verdict.bytes)
         else:

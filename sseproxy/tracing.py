@@ -159,6 +159,13 @@ def usage_attributes(verdict: Verdict) -> dict[str, Any]:
     }
 
 
+def non_negative(value: Any) -> float | None:
+    """A finite, non-negative number as a float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 def log_ids(span: Any) -> dict[str, str]:
     """`trace_id` / `span_id` in hex for the request's record (empty for a non-recording or
     invalid span), so that logs and traces join."""
@@ -234,9 +241,11 @@ class Tracing:
             "sseproxy.anomalies": sorted(verdict.anomalies) or None,
             "sseproxy.request_id": fields.get("request_id"),
         }
-        ttft = fields.get("ttft_ms")
-        if isinstance(ttft, int | float) and math.isfinite(ttft) and ttft >= 0:
+        ttft = non_negative(fields.get("ttft_ms"))
+        if ttft is not None:
             attributes["gen_ai.response.time_to_first_chunk"] = ttft / 1000
+        speed = fields.get("output_tokens_per_s")
+        attributes["sseproxy.output_tokens_per_s"] = non_negative(speed)
         attributes.update(usage_attributes(verdict))
         attributes.update(server_attributes(fields.get("upstream")))
         attributes.update(request_attributes(request))

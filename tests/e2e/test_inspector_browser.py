@@ -173,7 +173,10 @@ async def test_first_paint_shows_failed_and_interrupted_streams(
         await asyncio.sleep(0.01)
     states = {r["model"]: (r["state"], r["request_id"]) for r in logs.records()}
     assert states["gpt-failing"][0] == "failed" and states["gpt-cut"][0] == "interrupted"
-    client.app[STATE].inspector.max_viewers = 0  # the page gets no live feed at all
+    inspector = client.app[STATE].inspector
+    # the shell fills output_tokens_per_s from usage; these streams carry none
+    inspector.streams[states["gpt-failing"][1]].output_tokens_per_s = 42.0
+    inspector.max_viewers = 0  # the page gets no live feed at all
     async with browser(tmp_path) as page:
         await page.call("Page.enable")
         await page.call("Page.navigate", url=str(client.make_url("/_sseproxy/")))
@@ -182,8 +185,21 @@ async def test_first_paint_shows_failed_and_interrupted_streams(
         assert await page.evaluate("getComputedStyle(document.getElementById('none')).display") == (
             "none"
         )
-        client.app[STATE].inspector.max_viewers = 1  # the page retries and goes live
+        speed = await page.evaluate(
+            "[...document.querySelectorAll('#rows tr')].map(tr => tr.children[9].textContent)"
+        )
+        assert sorted(speed) == ["42.0", "–"]
+        assert await page.evaluate("document.querySelectorAll('thead th')[9].textContent") == (
+            "tok/s"
+        )
+        # the page retries and goes live; its first batch re-renders every row (so the
+        # screenshots show these streams as they are: without a speed)
+        inspector.streams[states["gpt-failing"][1]].output_tokens_per_s = None
+        inspector.max_viewers = 1
         await page.wait_for("document.getElementById('conn').textContent === 'live'")
+        await page.wait_for(
+            "[...document.querySelectorAll('#rows tr')].every(tr => tr.children[9].textContent === '–')"
+        )
         for model, reason, name in (
             ("gpt-failing", "server_error", "inspector-failed.png"),
             ("gpt-cut", "upstream_closed", "inspector-interrupted.png"),

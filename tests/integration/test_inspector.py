@@ -119,3 +119,11 @@ async def test_feed_viewers_are_capped(make_proxy) -> None:
     assert again.status == 200
     again.close()
     feeds[1].close()
+
+
+def test_rows_carry_the_output_speed() -> None:
+    inspector = Inspector()
+    inspector.started(view("a"))
+    record = {"method": "POST", "path": PATH, "state": "completed", "output_tokens_per_s": 61.25}
+    inspector.finished("a", record, None)
+    assert inspector.streams["a"].row()["output_tokens_per_s"] == 61.25

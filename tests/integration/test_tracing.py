@@ -249,3 +249,13 @@ def test_anthropic_cache_creation_and_log_ids() -> None:
     from opentelemetry.trace import INVALID_SPAN
 
     assert log_ids(INVALID_SPAN) == {}
+
+
+def test_output_speed_on_the_span() -> None:
+    from sseproxy.core import Dialect, State, Verdict
+
+    verdict = Verdict(Dialect.OPENAI_CHAT, State.COMPLETED)
+    span = finished_span(verdict, {"output_tokens_per_s": 55.5}, None)
+    assert span.attributes["sseproxy.output_tokens_per_s"] == 55.5
+    span = finished_span(verdict, {"output_tokens_per_s": None}, None)
+    assert "sseproxy.output_tokens_per_s" not in span.attributes

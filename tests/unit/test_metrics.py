@@ -163,3 +163,27 @@ def test_openmetrics_when_asked() -> None:
     assert body.endswith(b"# EOF\n")
     body, content_type = metrics.render(None)
     assert content_type.startswith("text/plain") and b"# EOF" not in body
+
+
+def test_output_speed_histogram_by_dialect_and_model() -> None:
+    metrics = Metrics(["gpt-x"], process=False)
+    metrics.observe(verdict(), 200, {"model": "gpt-x", "output_tokens_per_s": 42.5})
+    metrics.observe(verdict(), 200, {"model": "gpt-x"})  # no usage: no figure, nothing counted
+    got = samples(metrics)
+    labels = frozenset({("dialect", "openai-chat"), ("model", "gpt-x")})
+    assert got[("sseproxy_output_tokens_per_second_count", labels)] == 1
+    assert got[("sseproxy_output_tokens_per_second_sum", labels)] == 42.5
+    other = frozenset({("dialect", "gemini"), ("model", "other")})
+    assert got[("sseproxy_output_tokens_per_second_count", other)] == 0  # exists at zero
+
+
+@pytest.mark.parametrize("speed", [-1.0, float("nan"), float("inf"), 1e9])
+def test_impossible_output_speed_is_counted(speed: float) -> None:
+    metrics = Metrics(process=False)
+    metrics.observe(verdict(), 200, {"output_tokens_per_s": speed})
+    got = samples(metrics)
+    field = frozenset({("field", "output_tokens_per_s")})
+    assert got[("sseproxy_impossible_values_total", field)] == 1
+    assert all(
+        v == 0 for (name, _), v in got.items() if name == "sseproxy_output_tokens_per_second_count"
+    )
