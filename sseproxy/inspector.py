@@ -26,6 +26,8 @@ RING_SIZE = 200
 # Timeline points kept per stream (arrival time, bytes, content?); enough to draw any stream,
 # bounded for very long ones.
 TIMELINE_POINTS = 4000
+# Spans when writes to the client waited (back-pressure) kept per stream.
+WAIT_SPANS = 1000
 # Assembled text shown per stream with --keep-content.
 CONTENT_CHARS = 64 * 1024
 # A page that falls this many batches behind is disconnected; its EventSource reconnects and
@@ -58,6 +60,7 @@ class StreamView:
     error: dict[str, Any] | None = None
     injected: list[str] | None = None
     timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    client_waits: list[tuple[float, float]] = field(default_factory=list)
     text: str | None = None
     tap: Any = None  # while streaming: the tap, for live byte counts
 
@@ -84,13 +87,23 @@ class StreamView:
             "injected": self.injected,
         }
 
+    def client_wait(self, began: float, ended: float) -> None:
+        """A write to the client waited from `began` to `ended` (monotonic clock): the client
+        was not reading. Shown beside the upstream chunks; bounded per stream."""
+        if len(self.client_waits) < WAIT_SPANS and ended > began:
+            self.client_waits.append((began, ended))
+
     def detail(self) -> dict[str, Any]:
+        def ms(t: float) -> float:
+            return round((t - self.start) * 1000, 3)
+
         return {
             **self.row(),
             "timeline": [
-                {"t_ms": round((t - self.start) * 1000, 3), "bytes": size, "content": content}
+                {"t_ms": ms(t), "bytes": size, "content": content}
                 for t, size, content in self.timeline
             ],
+            "client_waits": [{"from_ms": ms(a), "to_ms": ms(b)} for a, b in self.client_waits],
             "text": self.text,
         }
 

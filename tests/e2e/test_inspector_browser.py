@@ -112,9 +112,20 @@ async def test_inspector_shows_a_stream_live(upstream, make_proxy, logs, tmp_pat
         "choices": [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}],
     }
     end = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    keepalive = Send(b": keep-alive\n\n")  # bytes, but no content: a content stall
     fake.script(
         "/v1/chat/completions",
-        Script([Send(sse(chunk)), WaitFor(release), Send(sse(end, "[DONE]"))]),
+        Script(
+            [
+                Send(sse(chunk)),
+                WaitFor(release),
+                keepalive,
+                Sleep(0.1),
+                keepalive,
+                Sleep(0.1),
+                Send(sse(end, "[DONE]")),
+            ]
+        ),
     )
     client = await make_proxy(keep_content=True)
     async with browser(tmp_path) as page:
@@ -132,12 +143,37 @@ async def test_inspector_shows_a_stream_live(upstream, make_proxy, logs, tmp_pat
         await resp.read()
         assert await page.wait_for(f"{row}.dataset.state === 'completed'")
 
+        # the shell reports writes that waited on the client; this test plays its part
+        [view] = client.app[STATE].inspector.streams.values()
+        assert view.duration_ms is not None
+        seconds = view.duration_ms / 1000
+        view.client_wait(view.start + 0.3 * seconds, view.start + 0.45 * seconds)
         await page.evaluate(f"{row}.click()")
         await page.wait_for("!!document.querySelector('#timeline')")
         detail = await page.evaluate("document.getElementById('detail').textContent")
         assert "first content" in detail and "Hello" in detail  # --keep-content shows text
+        assert await legend_matches_bands(page) == ["gap", "stall", "wait"]
         shot = await page.call("Page.captureScreenshot", format="png")
     save(shot, "inspector.png")
+
+
+async def legend_matches_bands(page: Browser) -> list[str]:
+    """Each band drawn has a legend swatch of the same colour and opacity; returns the bands."""
+    pairs = await page.evaluate(
+        """[...document.querySelectorAll('#timeline rect')].map(rect => {
+          const probe = document.createElement('i');
+          probe.style.background = rect.getAttribute('fill');
+          document.body.append(probe);
+          const drawn = getComputedStyle(probe).backgroundColor + ' ' + rect.getAttribute('opacity');
+          probe.remove();
+          const sw = document.querySelector('.legend .l-' + rect.getAttribute('class') + ' .swatch');
+          const shown = sw ? getComputedStyle(sw).backgroundColor + ' ' + getComputedStyle(sw).opacity : null;
+          return [rect.getAttribute('class'), drawn, shown];
+        })"""
+    )
+    for band, drawn, shown in pairs:
+        assert drawn == shown, band
+    return sorted({band for band, _, _ in pairs})
 
 
 def save(shot: dict[str, Any], name: str) -> None:
@@ -211,17 +247,5 @@ async def test_first_paint_shows_failed_and_interrupted_streams(
                 f"!!document.querySelector('#timeline') && "
                 f"document.getElementById('detail').textContent.includes('{states[model][1]}')"
             )
-            band, swatch = await page.evaluate(
-                """(() => {
-                  const probe = document.createElement('i');
-                  probe.style.background = document.querySelector('#timeline rect.gap').getAttribute('fill');
-                  document.body.append(probe);
-                  const sw = document.querySelector('.legend .swatch');
-                  const out = [getComputedStyle(probe).backgroundColor + ' ' + document.querySelector('#timeline rect.gap').getAttribute('opacity'),
-                               getComputedStyle(sw).backgroundColor + ' ' + getComputedStyle(sw).opacity];
-                  probe.remove();
-                  return out;
-                })()"""
-            )
-            assert band == swatch
+            assert "gap" in await legend_matches_bands(page)
             save(await page.call("Page.captureScreenshot", format="png"), name)

@@ -127,3 +127,15 @@ def test_rows_carry_the_output_speed() -> None:
     record = {"method": "POST", "path": PATH, "state": "completed", "output_tokens_per_s": 61.25}
     inspector.finished("a", record, None)
     assert inspector.streams["a"].row()["output_tokens_per_s"] == 61.25
+
+
+def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
+    from sseproxy.inspector import WAIT_SPANS
+
+    v = view("a")
+    v.client_wait(v.start + 0.010, v.start + 0.025)
+    v.client_wait(v.start + 0.030, v.start + 0.030)  # no wait at all: not a span
+    assert v.detail()["client_waits"] == [{"from_ms": 10.0, "to_ms": 25.0}]
+    for i in range(WAIT_SPANS):  # one more than the bound, with the first
+        v.client_wait(v.start + i, v.start + i + 0.5)
+    assert len(v.client_waits) == WAIT_SPANS
