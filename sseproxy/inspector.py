@@ -33,8 +33,10 @@ CONTENT_CHARS = 64 * 1024
 # A page that falls this many batches behind is disconnected; its EventSource reconnects and
 # starts again from a full snapshot, so it never shows a row that silently missed an update.
 SUBSCRIBER_QUEUE = 16
-# Batches per second to every viewer, at most; progress of running streams is sent as often.
+# Batches per second to every viewer, at most; progress of running streams (bytes, duration)
+# rides along every PROGRESS_EVERY-th batch.
 FLUSHES_PER_SECOND = 4
+PROGRESS_EVERY = 2
 # Open feeds at once; one more gets 503 (each costs a write per batch).
 MAX_VIEWERS = 32
 
@@ -173,14 +175,15 @@ class Inspector:
         """Mark a row changed; the next flush sends it (only the latest state of each row)."""
         self.changed[view.request_id] = view
 
-    def flush(self) -> None:
-        """Send the changed rows, serialised once, to every viewer; progress of running
-        streams (bytes, duration) rides along."""
+    def flush(self, progress: bool = True) -> None:
+        """Send the changed rows, serialised once, to every viewer; with `progress`, every
+        running stream too (its bytes and duration move on)."""
         if not self.subscribers:
             self.changed.clear()
             return
-        for view in self.active.values():
-            self.changed.setdefault(view.request_id, view)
+        if progress:
+            for view in self.active.values():
+                self.changed.setdefault(view.request_id, view)
         if not self.changed:
             return
         message = batch(self.changed.values())
@@ -192,9 +195,11 @@ class Inspector:
                 viewer.lagging = True
 
     async def tick(self) -> None:
+        flushes = 0
         while True:
             await asyncio.sleep(1 / FLUSHES_PER_SECOND)
-            self.flush()
+            flushes += 1
+            self.flush(progress=flushes % PROGRESS_EVERY == 0)
 
     async def start(self, app: web.Application) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self.tick())

@@ -85,6 +85,10 @@ def test_updates_are_coalesced_and_serialised_once_for_all_viewers() -> None:
     inspector.flush()  # nothing changed but the running stream's progress
     rows = orjson.loads(viewers[0].queue.get_nowait().removeprefix(b"data: "))
     assert [r["request_id"] for r in rows] == ["b"]
+    for v in viewers[1:]:
+        v.queue.get_nowait()
+    inspector.flush(progress=False)  # nothing changed, no progress due: nothing sent
+    assert all(v.queue.empty() for v in viewers)
 
 
 def test_a_viewer_that_falls_behind_is_dropped() -> None:
