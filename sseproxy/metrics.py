@@ -47,27 +47,34 @@ TOKEN_KINDS = ("input_uncached", "input_cached", "output_reasoning", "output_vis
 REASONING_BESIDE_OUTPUT = frozenset({Dialect.GEMINI})
 # More tokens than any model's context in one request is a provider bug or a hostile peer.
 MAX_TOKENS = 100_000_000
-# Every anomaly name the core (and the shell) can count, so that each series exists at zero.
-# tests/unit/test_metrics_names.py fails when the core counts a name missing here.
+# Every anomaly name the core can count, so that each series exists at zero (a few are
+# counted only by the lead's newer core). tests/unit/test_metrics.py fails when the core
+# counts a name missing here.
 ANOMALIES = (
     "analysis_budget_exceeded",
     "body_too_large_to_analyse",
+    "choices_missing",
+    "client_left_before_end",
     "conflicting_tool_call_id",
     "conflicting_tool_call_name",
     "content_decoding_error",
     "content_stall",
+    "content_type_mismatch",
     "core_error",
     "delta_after_done",
     "delta_without_block_start",
     "done_after_error",
     "done_without_finish_reason",
     "duplicate_tool_call_id",
+    "empty_body",
     "event_type_mismatch",
     "events_after_terminal",
+    "index_out_of_range",
     "invalid_tool_arguments",
     "invalid_utf8",
     "json_decode_error",
     "missing_done",
+    "no_terminal_signal",
     "oversized_event",
     "partial_event_discarded",
     "repeated_error",
@@ -77,9 +84,13 @@ ANOMALIES = (
     "sequence_regression",
     "snapshot_mismatch",
     "stop_reason_without_message_stop",
+    "stream_not_honoured",
+    "too_many_tool_calls",
     "tool_input_error",
     "tool_output_error",
+    "truncated_after_terminal",
     "truncated_compressed_body",
+    "unexpected_content_type",
     "unexpected_framing",
     "unexpected_payload",
     "unknown_delta_type",
@@ -87,6 +98,7 @@ ANOMALIES = (
     "unknown_finish_reason",
     "unknown_sse_field",
     "upstream_buffered",
+    "usage_missing",
 )
 # Values a peer can send that no real stream has; each is dropped and counted by field.
 IMPOSSIBLE_FIELDS = (
