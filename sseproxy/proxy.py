@@ -26,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import __version__
+from .admin import admin_refusal
 from .capture import Capture, CaptureSettings, CaptureStore, redact_headers
 from .config import Route, Settings
 from .core import (
@@ -48,7 +49,7 @@ from .core.inject import Write as InjectWrite
 from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .metrics import Metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -342,7 +343,7 @@ class Exchange:
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
         inspector.finished(self.request_id, fields, text)
         if self.span is not None and self.state.tracing is not None:
-            self.state.tracing.end(self.span, verdict, fields)
+            self.state.tracing.end(self.span, verdict, fields, request=self.request_body)
         if self.capture is not None and self.state.captures is not None:
             self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
 
@@ -636,21 +637,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
     if request.method == "CONNECT":
         return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return refuse(request, 400, "sseproxy_absolute_form", "only origin-form targets")
-    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
-        settings = request.app[SETTINGS]
-        if not is_loopback(settings.host):
-            token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
-            )
-            if not token or not given:
-                return json_error(403, "sseproxy_forbidden", "admin token required")
+    refused = admin_refusal(request, request.app[SETTINGS])
+    if refused is not None:
+        return refused
     return await handler(request)
 
 
@@ -673,8 +668,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[STATE].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Rendering every zero-initialised series takes milliseconds: not on the event loop.
+    render = request.app[STATE].metrics.render
+    body, content_type = await asyncio.to_thread(render, request.headers.get("Accept"))
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()  # gzip when the scraper accepts it, as Prometheus does
+    return response
 
 
 async def own_not_found(request: web.Request) -> web.Response:
@@ -701,7 +700,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         from .tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
