@@ -24,16 +24,10 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import __version__
 from .core import Verdict
+from .core.dialects import spec_for
 
-OPERATIONS = {
-    "openai-chat": "chat",
-    "anthropic-messages": "chat",
-    "ollama": "chat",
-    "vercel-ui": "chat",
-    "openai-responses": "chat",
-    "gemini": "generate_content",
-}
-# gen_ai.provider.name values of the semantic conventions, by our route names.
+# gen_ai.provider.name values of the semantic conventions, by our route names; a route not
+# listed takes its dialect's provider (declared in the dialect's spec).
 PROVIDERS = {
     "openai": "openai",
     "anthropic": "anthropic",
@@ -43,13 +37,6 @@ PROVIDERS = {
     "mistral": "mistral_ai",
     "xai": "x_ai",
     "openrouter": "openrouter",
-    "ollama": "ollama",
-}
-BY_DIALECT = {
-    "openai-chat": "openai",
-    "openai-responses": "openai",
-    "anthropic-messages": "anthropic",
-    "gemini": "gcp.gemini",
     "ollama": "ollama",
 }
 
@@ -218,14 +205,13 @@ class Tracing:
         become `gen_ai.request.*` attributes."""
         if isinstance(request, bytes):
             request = parse_request(request)
-        dialect = str(verdict.dialect)
-        operation = OPERATIONS.get(dialect)  # None: not a GenAI call we recognise
+        spec = spec_for(verdict.dialect)
+        operation = spec.otel_operation  # None: not a GenAI call we recognise
         model = fields.get("model")
         if operation is not None:
             span.update_name(f"{operation} {model}" if model else operation)
-        provider = PROVIDERS.get(fields.get("route") or "") or BY_DIALECT.get(dialect)
-        reasons = verdict.finish_reason
-        finish = [r for r in (reasons if isinstance(reasons, list) else [reasons]) if r]
+        provider = PROVIDERS.get(fields.get("route") or "") or spec.otel_provider
+        finish = [r for r in (verdict.finish_reasons or (verdict.finish_reason,)) if r]
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": provider,
@@ -235,7 +221,7 @@ class Tracing:
             "gen_ai.response.finish_reasons": finish or None,
             "http.response.status_code": fields.get("status"),
             "sseproxy.state": str(verdict.state),
-            "sseproxy.dialect": dialect,
+            "sseproxy.dialect": str(verdict.dialect),
             "sseproxy.interruption": verdict.interruption.reason if verdict.interruption else None,
             "sseproxy.last_event": verdict.last_event,
             "sseproxy.anomalies": sorted(verdict.anomalies) or None,
