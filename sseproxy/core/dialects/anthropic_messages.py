@@ -214,6 +214,7 @@ SPEC = DialectSpec(
     ),
     path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
     event_types=EVENTS,
-    sniff=lambda obj: obj.get("type") in EVENTS or obj.get("type") == "message",
+    sniff=lambda obj: isinstance(obj.get("type"), str)
+    and (obj["type"] in EVENTS or obj["type"] == "message"),
     otel_provider="anthropic",
 )
