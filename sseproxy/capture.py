@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import structlog
 
-from .log import REDACTED, SECRET_KEYS
+from .redact import REDACTED, SECRET_KEYS
 
 logger = structlog.get_logger("sseproxy")
 FORMAT_VERSION = 1
