@@ -56,7 +56,8 @@ SENSITIVE_NAME = re.compile(r"auth|key|token|secret|cookie|session|password", re
 # The key shapes of every provider routed by default, wherever they appear. At least 8 token
 # characters after the prefix, so words such as `sk-learn` or `hf_hub` stay readable.
 KEY_SHAPES = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:"
+    r"(?<=://)[^/?#@\s]+(?=@)"  # a URL's userinfo (`https://user:pass@host`)
+    r"|(?<![A-Za-z0-9_-])(?:"
     r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{8,}"  # OpenAI, Anthropic, DeepSeek, OpenRouter, ...
     r"|(?:gsk_|r8_|hf_)[A-Za-z0-9]{8,}"  # Groq, Replicate, Hugging Face
     r"|xai-[A-Za-z0-9]{8,}"  # xAI
@@ -105,11 +106,15 @@ def _shape(match: re.Match[str]) -> str:
 
 
 def redact_shapes(text: str) -> str:
-    """`text` with anything shaped like a provider key replaced (`Bearer ` is kept)."""
-    lowered = text.lower()
-    if not any(hint in lowered for hint in SHAPE_HINTS):
+    """`text` with anything shaped like a provider key, and any URL's userinfo, replaced
+    (`Bearer ` is kept)."""
+    if not _hinted(text.lower(), SHAPE_HINTS):
         return text  # substring tests are much cheaper than the regex on every position
     return KEY_SHAPES.sub(_shape, text)
+
+
+def _hinted(lowered: str, hints: tuple[str, ...]) -> bool:
+    return any(hint in lowered for hint in hints) or ("@" in lowered and "://" in lowered)
 
 
 def is_secret_key(name: object) -> bool:
@@ -121,7 +126,7 @@ class Secrets:
     """The credential values of one request, longest first. Built once, shared by every sink."""
 
     values: tuple[str, ...] = ()
-    _raw: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    raw: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
     _json_safe: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -130,7 +135,7 @@ class Secrets:
         object.__setattr__(self, "values", values)
         # Header values arrive decoded with surrogateescape: encode them back to their bytes.
         raw = {v.encode("utf-8", "surrogateescape") for v in values}
-        object.__setattr__(self, "_raw", tuple(sorted(raw, key=len, reverse=True)))
+        object.__setattr__(self, "raw", tuple(sorted(raw, key=len, reverse=True)))
         safe = not any(_JSON_ESCAPED.search(v) for v in values)
         object.__setattr__(self, "_json_safe", safe)
 
@@ -175,8 +180,7 @@ class Secrets:
             return True  # what JSON cannot carry is looked at value by value
         if any(v in text for v in self.values):
             return True
-        lowered = text.lower()
-        return any(hint in lowered for hint in _RECORD_HINTS)
+        return _hinted(text.lower(), _RECORD_HINTS)
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -194,14 +198,17 @@ class Secrets:
             return self.mask(bytes(value))
         return value
 
+    def found_in(self, data: bytes) -> bool:
+        return any(raw in data for raw in self.raw)
+
     def mask(self, data: bytes, *, cut: bool = False) -> bytes:
         """`data` with each credential value overwritten by as many `*` bytes. With `cut`
         (a body truncated at a cap), a value's first bytes at the very end are masked too."""
-        for raw in self._raw:
+        for raw in self.raw:
             if raw in data:
                 data = data.replace(raw, b"*" * len(raw))
         if cut:
-            for raw in self._raw:
+            for raw in self.raw:
                 for n in range(len(raw) - 1, MIN_SECRET_CHARS - 1, -1):
                     if data.endswith(raw[:n]):
                         data = data[:-n] + b"*" * n
