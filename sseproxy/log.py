@@ -86,7 +86,7 @@ def _default(value: Any) -> Any:
         return f"<unprintable {type(value).__name__}>"
 
 
-def _plain(value: Any, depth: int = 0) -> Any:
+def json_safe(value: Any, depth: int = 0) -> Any:
     """`value` rebuilt from what JSON carries: clean strings, 64-bit integers (larger ones as
     their decimal string), finite floats."""
     if isinstance(value, str):
@@ -101,12 +101,22 @@ def _plain(value: Any, depth: int = 0) -> Any:
         return "[too deep]"
     if isinstance(value, Mapping):
         return {
-            (clean_text(k) if isinstance(k, str) else _default(k)): _plain(v, depth + 1)
+            (clean_text(k) if isinstance(k, str) else _default(k)): json_safe(v, depth + 1)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v, depth + 1) for v in value]
+        return [json_safe(v, depth + 1) for v in value]
     return _default(value)
+
+
+def json_ready(record: Any) -> Any:
+    """`record` itself when orjson writes it as it is, else rebuilt by `json_safe`: every
+    sink that serialises it (inspector, capture) can then do so without a fallback."""
+    try:
+        orjson.dumps(record, option=_JSON_OPTIONS)
+    except TypeError:
+        return json_safe(record)
+    return record
 
 
 def dumps(obj: Any, **_: Any) -> str:
@@ -117,7 +127,7 @@ def dumps(obj: Any, **_: Any) -> str:
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         pass
     try:
-        return orjson.dumps(_plain(obj), default=_default, option=_JSON_OPTIONS).decode()
+        return orjson.dumps(json_safe(obj), default=_default, option=_JSON_OPTIONS).decode()
     except Exception as exc:  # last resort: the record's identity, and why the rest is missing
         head = {k: _default(obj[k]) for k in ("timestamp", "level", "event") if k in obj}
         head["log_error"] = _default(repr(exc))

@@ -46,7 +46,7 @@ from .core.inject import Pause as InjectPause
 from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
-from .log import level_for
+from .log import json_ready, level_for
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .redact import Secrets
 
@@ -353,7 +353,8 @@ class Exchange:
         }
         if self.inject_rules:
             fields["injected"] = [str(rule) for rule in self.inject_rules]
-        fields = secrets.redact(fields)  # once; every sink below gets only this
+        # Once; every sink below gets only this, redacted and serialisable as JSON.
+        fields = json_ready(secrets.redact(fields))
         if verdict.error is not None:  # tracing reads the error message from the verdict
             verdict = verdict.replace(error=ErrorInfo(**fields["error"]))
         log.log(level_for(verdict.state), "request.finished", **fields)

@@ -173,3 +173,10 @@ def test_mask_never_leaves_a_value_and_never_changes_a_length(
     assert len(masked) == len(body)
     assert secret.encode() not in masked
     assert secrets.redact(body.decode("latin-1")).count(secret) == 0
+
+
+def test_url_userinfo_is_redacted_wherever_it_is() -> None:
+    text = "upstream https://user:pa55word@api.example.com/v1, see http://host/a@b"
+    assert NO_SECRETS.redact({"upstream": text}) == {
+        "upstream": f"upstream https://{REDACTED}@api.example.com/v1, see http://host/a@b"
+    }
