@@ -444,7 +444,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     exchange.model = request_model(body, request.path)
     exchange.request_body = body
-    exchange.secrets = Secrets.from_request(request.headers, request.raw_path, body)
+    exchange.secrets = exchange.secrets.with_body(body)
     try:
         exchange.inject_rules = injection_rules(request, route, settings)
     except InjectionError as exc:

@@ -130,8 +130,8 @@ class Secrets:
     _json_safe: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        values = tuple(sorted({v for v in self.values if len(v) >= MIN_SECRET_CHARS}, key=len))
-        values = values[::-1]
+        kept = {v for v in self.values if len(v) >= MIN_SECRET_CHARS}
+        values = tuple(sorted(kept, key=lambda v: (-len(v), v)))  # longest first, then stable
         object.__setattr__(self, "values", values)
         # Header values arrive decoded with surrogateescape: encode them back to their bytes.
         raw = {v.encode("utf-8", "surrogateescape") for v in values}
@@ -154,6 +154,11 @@ class Secrets:
                 found.update((value, unquote(value), _decoded(value)))
         found.update(_body_values(body))
         return cls(tuple(found))
+
+    def with_body(self, body: bytes) -> Secrets:
+        """These secrets plus the body's (for a value built before the body was read)."""
+        found = _body_values(body)
+        return Secrets(self.values + tuple(found)) if found else self
 
     def redact_text(self, text: str) -> str:
         for value in self.values:

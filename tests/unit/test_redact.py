@@ -180,3 +180,11 @@ def test_url_userinfo_is_redacted_wherever_it_is() -> None:
     assert NO_SECRETS.redact({"upstream": text}) == {
         "upstream": f"upstream https://{REDACTED}@api.example.com/v1, see http://host/a@b"
     }
+
+
+def test_with_body_adds_the_body_s_values() -> None:
+    body = b'{"api_key": "body-secret-1"}'
+    headers = {"x-api-key": "header-key-1"}
+    early = secrets_of(headers)
+    assert early.with_body(body) == secrets_of(headers, "/v1/x", body)
+    assert early.with_body(b'{"model": "m"}') is early
