@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
-from .redact import NO_SECRETS, REDACTED, is_secret_key
+from .redact import NO_SECRETS
 
 STATE_LEVELS = {
     "completed": logging.INFO,
@@ -35,13 +35,12 @@ def redact_processor(
     """structlog processor: no credential leaves the process, whatever the caller logged.
 
     Values under a credential's name go; key shapes (redact.KEY_SHAPES) go wherever they are.
+    One look at the whole event: a clean one (every request record) is passed on untouched.
     """
-    for key in list(event_dict):
-        value = event_dict[key]
-        if is_secret_key(key) and value:
-            event_dict[key] = REDACTED
-        else:
-            event_dict[key] = NO_SECRETS.redact(value)
+    redacted = NO_SECRETS.redact(event_dict)
+    if redacted is not event_dict:
+        event_dict.clear()
+        event_dict.update(redacted)
     return event_dict
 
 

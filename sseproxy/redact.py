@@ -69,10 +69,6 @@ KEY_SHAPES = re.compile(
 SHAPE_HINTS = ("sk-", "gsk_", "r8_", "hf_", "xai-", "aiza", "bearer")
 # ...and, in a JSON-rendered record, a credential's name as a key (`"authorization":`).
 _RECORD_HINTS = SHAPE_HINTS + tuple(f'"{key}":' for key in sorted(SECRET_KEYS))
-# Bytes one of those JSON keys ends with (`"api_key"`, `"API_KEY"`): without them, no parse.
-BODY_HINTS = tuple(
-    hint for word in (b'key"', b'token"', b'secret"', b'password"') for hint in (word, word.upper())
-)
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
@@ -152,12 +148,17 @@ class Secrets:
             if _decoded(match.group("name")).lower() in SECRET_KEYS:
                 value = match.group("value")
                 found.update((value, unquote(value), _decoded(value)))
-        found.update(_body_values(body))
+        found.update(_json_values(_parsed(body)))
         return cls(tuple(found))
 
     def with_body(self, body: bytes) -> Secrets:
         """These secrets plus the body's (for a value built before the body was read)."""
-        found = _body_values(body)
+        return self.with_json_body(_parsed(body))
+
+    def with_json_body(self, obj: object) -> Secrets:
+        """These secrets plus those of a body the caller parsed already (one parse per
+        request): its top-level `api_key` and the like."""
+        found = _json_values(obj)
         return Secrets(self.values + tuple(found)) if found else self
 
     def redact_text(self, text: str) -> str:
@@ -253,15 +254,17 @@ def _header_values(name: str, value: str, found: set[str]) -> None:
         found.update((decoded, decoded.partition(":")[2]))
 
 
-def _body_values(body: bytes) -> list[str]:
+def _parsed(body: bytes) -> object:
+    # Parsing costs less than searching the bytes for the key names (orjson: about 1 ms/MB).
     if not body or len(body) > MAX_BODY_SCAN_BYTES or body.lstrip()[:1] != b"{":
-        return []
-    if not any(hint in body for hint in BODY_HINTS):
-        return []  # most bodies: no parse at all
+        return None
     try:
-        obj = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
-        return []
+        return None
+
+
+def _json_values(obj: object) -> list[str]:
     if not isinstance(obj, dict):
         return []
     return [v for k, v in obj.items() if is_secret_key(k) and isinstance(v, str)]

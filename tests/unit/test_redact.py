@@ -188,3 +188,8 @@ def test_with_body_adds_the_body_s_values() -> None:
     early = secrets_of(headers)
     assert early.with_body(body) == secrets_of(headers, "/v1/x", body)
     assert early.with_body(b'{"model": "m"}') is early
+    assert early.with_json_body({"API_KEY": "body-secret-2"}).values == (
+        "body-secret-2",
+        "header-key-1",
+    )
+    assert early.with_json_body(["not", "an", "object"]) is early
