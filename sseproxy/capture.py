@@ -240,14 +240,18 @@ def masked_body(
     longest = max(len(raw) for raw in secrets.raw)
     tail, decoded = b"", 0
     try:
-        for piece in decoder.decode(body):
+        piece = decoder.decode(body)
+        while True:
             decoded += len(piece)
             if decoded > MAX_DECODED_CHECK_BYTES:
                 return b"", "decodes to more than can be searched for credentials"
             window = tail + piece
             if secrets.found_in(window):
                 return b"", f"{decoder.encoding} body holds a credential of the request"
-            tail = window[-(longest - 1) :] if longest > 1 else b""
+            tail = window[-(longest - 1) :]
+            if not decoder.pending:
+                break
+            piece = decoder.decode(b"")
     except ContentDecodingError:
         pass  # what did decode was searched; the rest is undecodable for everyone
     return body, None

@@ -26,6 +26,13 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS")
     p.add_argument("--connect-timeout", type=float, metavar="SECONDS")
+    p.add_argument(
+        "--content-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="no content delta for this long while keep-alives arrive is a content stall",
+    )
+    p.add_argument("--content-stall-action", choices=("log", "cut"))
     p.add_argument("--dialect", choices=("auto", *[d.value for d in Dialect]))
     p.add_argument("--max-request-body-bytes", type=int, metavar="N")
     p.add_argument("--max-event-bytes", type=int, metavar="N")
@@ -193,6 +200,8 @@ def _serve(args: argparse.Namespace) -> int:
             "log_level",
             "idle_timeout",
             "connect_timeout",
+            "content_timeout",
+            "content_stall_action",
             "dialect",
             "max_request_body_bytes",
             "max_event_bytes",

@@ -89,6 +89,8 @@ class Settings:
     log_format: str = "auto"
     log_level: str = "info"
     idle_timeout: float = 600.0
+    content_timeout: float | None = None
+    content_stall_action: str = "log"
     connect_timeout: float = 30.0
     max_request_body_bytes: int = 32 * 1024 * 1024
     max_event_bytes: int = 16 * 1024 * 1024
@@ -191,7 +193,9 @@ def _coerce(key: str, value: Any, problems: list[str]) -> Any:
         if isinstance(default, float):
             return float(value)
         if default is None:
-            return None if value in ("", None) else str(value)
+            if value in ("", None):
+                return None
+            return float(value) if "float" in str(SCALAR_FIELDS[key].type) else str(value)
         if isinstance(value, list):  # a TOML list for a comma-separated setting
             return ",".join(str(v) for v in value)
         return str(value)
@@ -270,6 +274,12 @@ def _validate(settings: Settings, problems: list[str]) -> None:
     for key in ("idle_timeout", "connect_timeout"):
         if getattr(settings, key) <= 0:
             problems.append(f"{key}: must be positive")
+    if settings.content_timeout is not None and settings.content_timeout <= 0:
+        problems.append("content_timeout: must be positive (leave it unset to turn it off)")
+    if settings.content_stall_action not in ("log", "cut"):
+        problems.append(
+            f"content_stall_action: {settings.content_stall_action!r} is not log or cut"
+        )
     if settings.shutdown_grace < 0:
         problems.append("shutdown_grace: must not be negative")
     for key in (

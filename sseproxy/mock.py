@@ -24,6 +24,7 @@ from .core.inject import (
     Close,
     InjectionError,
     Injector,
+    KeepAlive,
     Pause,
     RawEvents,
     Rule,
@@ -38,6 +39,8 @@ INJECT_HEADER = "x-sseproxy-inject"
 RAW_EVENT_INTERVAL_MS = 20.0
 CONTENT_TYPES = {Dialect.OLLAMA: "application/x-ndjson"}
 DROP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+# A stall drill (silent or keep-alive) holds the connection at most this long, then cuts it.
+MAX_STALL_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -215,9 +218,23 @@ async def _perform(response: web.StreamResponse, steps: list[Any]) -> bool | Non
         elif isinstance(step, Close):
             return False
         elif isinstance(step, Stall):
-            await asyncio.sleep(3600)  # the client's own timeout is what is being tested
+            await asyncio.sleep(MAX_STALL_S)  # the client's own timeout is what is being tested
+            return False
+        elif isinstance(step, KeepAlive):
+            await _keep_alive(response, step)
             return False
     return None
+
+
+async def _keep_alive(response: web.StreamResponse, step: KeepAlive) -> None:
+    """Keep-alives only, until the client leaves or MAX_STALL_S passes."""
+    interval = step.interval_ms / 1000
+    for _ in range(int(MAX_STALL_S / interval)):
+        try:
+            await response.write(step.data)
+        except ConnectionError:
+            return  # the client gave up: that is the drill's outcome, not an error
+        await asyncio.sleep(interval)
 
 
 def _cut(request: web.Request, reset: bool) -> None:

@@ -221,3 +221,21 @@ async def test_a_compressed_body_holding_a_key_is_withheld(
     kept, body = sidecars[429]
     assert "body_withheld" not in kept
     assert gzip.decompress(body) == clean and kept["content_encoding"] == "gzip"
+
+
+def test_a_key_deep_in_a_compressed_body_is_found_across_decoded_slices() -> None:
+    # Decoded in slices (core.encoding.SLICE_BYTES): the key sits past the first ones and
+    # straddles a slice boundary.
+    from sseproxy.capture import Capture, CaptureSettings, masked_body
+    from sseproxy.core.encoding import SLICE_BYTES
+    from sseproxy.redact import Secrets
+
+    plain = b"x" * (2 * SLICE_BYTES - 10) + GROQ.encode() + b"y" * 1000
+    capture = Capture(CaptureSettings(Path("unused"), max_bytes=1 << 24), "id", 0.0)
+    compressed = gzip.compress(plain)
+    capture.chunk(compressed, 0.0)
+    secrets = Secrets.from_request({"x-api-key": GROQ}, "/", b"")
+    body, withheld = masked_body(capture, "gzip", secrets)
+    assert body == b"" and withheld == "gzip body holds a credential of the request"
+    clean = Secrets.from_request({"x-api-key": XAI}, "/", b"")
+    assert masked_body(capture, "gzip", clean) == (compressed, None)
