@@ -236,3 +236,22 @@ async def test_upstream_userinfo_stays_out_of_the_record(upstream, make_proxy, l
     [record] = await wait_records(logs, 1)
     assert record["upstream"] == url.replace("://", "://[redacted]@")
     assert "route-pa55word" not in logs.stream.getvalue()
+
+
+async def test_the_span_carries_the_redacted_error(upstream, aiohttp_client, logs) -> None:
+    pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sseproxy.tracing import Tracing
+
+    fake, url = upstream
+    key, status, content_type, answer = ECHOES["xai-in-band"]
+    fake.script(CHAT, Script([Send(answer)], status=status, headers={"Content-Type": content_type}))
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    client = await aiohttp_client(create_app(load(None, {}, {"upstream": url}), tracing=tracing))
+    await (await client.post(CHAT, json={}, headers={"Authorization": f"Bearer {key}"})).read()
+    await wait_record(logs)
+    tracing.provider.force_flush()
+    [span] = exporter.get_finished_spans()
+    assert span.status.description == "Incorrect API key provided: " + "*" * len(key)
