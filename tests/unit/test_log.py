@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 
 import structlog
 
@@ -190,3 +193,30 @@ def test_a_closed_stream_is_reported_not_raised(capsys) -> None:
     structlog.get_logger("t").error("request.finished", **RECORD)
     structlog.get_logger("t").error("request.finished", **RECORD)
     assert capsys.readouterr().err.count("I/O operation on closed file") == 1
+
+
+def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -> None:
+    program = (
+        "import structlog\n"
+        "from sseproxy import log\n"
+        "log.configure('json', 'info')\n"
+        "for i in range(3):\n"
+        "    structlog.get_logger().info('request.finished', n=i)\n"
+        "print('done', file=__import__('sys').stderr)\n"
+    )
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first record
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", program],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("sseproxy: log output failed (BrokenPipeError")
+    assert lines[1:] == ["done"]  # once, then every later record dropped without a word
+    assert result.returncode == 0
