@@ -81,7 +81,9 @@ def _enc(hex_pattern: str) -> str:
 # percent-encoded (`/v1/x%3Fkey=SECRET`).
 _TARGET_PARAM = re.compile(
     rf"(?P<lead>[?&;]|{_enc('3[Ff]')}|{_enc('26')}|{_enc('3[Bb]')})"
-    r"(?P<name>(?:[^=&;#%?/]|%[0-9A-Fa-f]{2})+?)"
+    # A name never runs over an encoded delimiter, and is short (ours are, even encoded twice):
+    # each lead costs a bounded look, the whole target linear time.
+    r"(?P<name>(?:[^=&;#%?/]|%(?!(?:25)*(?:3[FfDdBb]|2[36]))[0-9A-Fa-f]{2}){1,128}?)"
     rf"(?P<eq>=|{_enc('3[Dd]')})"
     r"(?P<value>.*?)"
     rf"(?=[&;#]|{_enc('26')}|{_enc('3[Bb]')}|{_enc('23')}|$)"

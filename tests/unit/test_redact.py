@@ -193,3 +193,11 @@ def test_with_body_adds_the_body_s_values() -> None:
         "header-key-1",
     )
     assert early.with_json_body(["not", "an", "object"]) is early
+
+
+def test_a_target_of_many_encoded_delimiters_is_redacted_where_it_names_a_credential() -> None:
+    # The shape that made the parameter pattern quadratic (a name running over encoded `?`).
+    target = "/v1/x" + "%3F" * 2000 + "key%3DHOSTILE-SECRET" + "%26a" * 500
+    redacted = NO_SECRETS.redact_target(target)
+    assert "HOSTILE-SECRET" not in redacted and "key%3D[redacted]%26a" in redacted
+    assert "HOSTILE-SECRET" in secrets_of({}, target).values
