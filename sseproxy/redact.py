@@ -217,10 +217,7 @@ class Secrets:
                 data = data.replace(raw, b"*" * len(raw))
         if cut:
             for raw in self.raw:
-                for n in range(len(raw) - 1, MIN_SECRET_CHARS - 1, -1):
-                    if data.endswith(raw[:n]):
-                        data = data[:-n] + b"*" * n
-                        break
+                data = _mask_cut_value(data, raw)
         return data
 
     def redact_target(self, raw_target: str) -> str:
@@ -236,6 +233,20 @@ class Secrets:
 
 
 NO_SECRETS = Secrets()
+
+
+def _mask_cut_value(data: bytes, raw: bytes) -> bytes:
+    """`data` with the longest beginning of `raw` (at least MIN_SECRET_CHARS) that ends it
+    masked. Only places where `raw`'s first bytes occur are compared."""
+    tail = data[-(len(raw) - 1) :]
+    head = raw[:MIN_SECRET_CHARS]
+    start = tail.find(head)
+    while start != -1:
+        rest = tail[start:]
+        if raw.startswith(rest):
+            return data[: len(data) - len(rest)] + b"*" * len(rest)
+        start = tail.find(head, start + 1)
+    return data
 
 
 def _header_values(name: str, value: str, found: set[str]) -> None:

@@ -201,3 +201,11 @@ def test_a_target_of_many_encoded_delimiters_is_redacted_where_it_names_a_creden
     redacted = NO_SECRETS.redact_target(target)
     assert "HOSTILE-SECRET" not in redacted and "key%3D[redacted]%26a" in redacted
     assert "HOSTILE-SECRET" in secrets_of({}, target).values
+
+
+def test_a_cut_value_is_masked_from_its_longest_beginning() -> None:
+    secrets = secrets_of({"x-api-key": "abcdefghabcdefgh-tail"})
+    # "abcdefgh" starts the value twice: the longest beginning that ends the data wins.
+    assert secrets.mask(b"data: abcdefghabcdefgh-ta", cut=True) == b"data: " + b"*" * 19
+    assert secrets.mask(b"data: abcdefgh", cut=True) == b"data: " + b"*" * 8
+    assert secrets.mask(b"data: abcdefg", cut=True) == b"data: abcdefg"  # 7: not a leak
