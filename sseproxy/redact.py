@@ -21,6 +21,7 @@ import orjson
 
 REDACTED = "[redacted]"
 MASK = "*"
+USERINFO_MASK = "***"  # as config.mask_userinfo prints a route's URL
 # Shorter values are not searched for in free text: masking every "1" of a body because a
 # cookie was "1" would destroy the capture. Their own fields are still redacted by name.
 MIN_SECRET_CHARS = 8
@@ -56,7 +57,8 @@ SENSITIVE_NAME = re.compile(r"auth|key|token|secret|cookie|session|password", re
 # The key shapes of every provider routed by default, wherever they appear. At least 8 token
 # characters after the prefix, so words such as `sk-learn` or `hf_hub` stay readable.
 KEY_SHAPES = re.compile(
-    r"(?<=://)[^/?#@\s]+(?=@)"  # a URL's userinfo (`https://user:pass@host`)
+    # a URL's userinfo (`https://user:pass@host`), unless masked already as config prints it
+    r"(?<=://)(?P<userinfo>(?!\*+@)[^/?#@\s]+)(?=@)"
     r"|(?<![A-Za-z0-9_-])(?:"
     r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{8,}"  # OpenAI, Anthropic, DeepSeek, OpenRouter, ...
     r"|(?:gsk_|r8_|hf_)[A-Za-z0-9]{8,}"  # Groq, Replicate, Hugging Face
@@ -100,12 +102,14 @@ def _decoded(text: str) -> str:
 
 
 def _shape(match: re.Match[str]) -> str:
+    if match.group("userinfo"):
+        return USERINFO_MASK
     return (match.group("scheme") or "") + REDACTED
 
 
 def redact_shapes(text: str) -> str:
-    """`text` with anything shaped like a provider key, and any URL's userinfo, replaced
-    (`Bearer ` is kept)."""
+    """`text` with anything shaped like a provider key replaced (`Bearer ` is kept), and any
+    URL's userinfo masked (`https://***@host`)."""
     if not _hinted(text.lower(), SHAPE_HINTS):
         return text  # substring tests are much cheaper than the regex on every position
     return KEY_SHAPES.sub(_shape, text)

@@ -5,14 +5,18 @@ after the outcome but before the end marker, and cut after the end marker."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
 import pytest
 
+from sseproxy.capture import load_capture
 from sseproxy.config import load
 from sseproxy.proxy import create_app
+from sseproxy.replay import ReplayOptions, replay
 from tests.integration.raw_upstream import RST, Body, Hangup, Pause, RawScript, RawUpstream
 from tests.unit.test_transport_truth import (
     ANTHROPIC,
@@ -165,3 +169,31 @@ async def test_client_leaving_after_the_stop_reason_keeps_the_outcome(
     assert (record["state"], record["finish_reason"]) == ("completed", "end_turn")
     assert record["interruption"]["reason"] == "client_disconnected"
     assert record["anomalies"]["client_left_before_end"] == 1
+
+
+async def test_a_capture_of_a_truncated_body_replays_as_interrupted(
+    raw, aiohttp_client, logs, tmp_path
+) -> None:
+    """Only the HTTP framing says this Chat body was cut: the capture keeps that fact, and
+    `replay` of the capture reproduces the verdict (a replay of the bare body could not)."""
+    raw.script = RawScript([Body(CHAT.decided), Hangup()])
+    settings = load(None, {}, {"upstream": raw.url, "capture_dir": str(tmp_path)})
+    client = await aiohttp_client(create_app(settings))
+    await fetch(client, PATHS[CHAT])
+    record = await record_after(logs)
+    for _ in range(500):
+        sidecars = list(tmp_path.glob("*.json"))
+        if sidecars:
+            break
+        await asyncio.sleep(0.01)
+    [sidecar_path] = sidecars
+    sidecar, body = load_capture(sidecar_path)
+    assert (body, sidecar["http_complete"]) == (CHAT.decided, False)
+    out = io.StringIO()
+    assert replay(body, ReplayOptions(), out, capture=sidecar) == 1
+    replayed = json.loads(out.getvalue().splitlines()[-1])
+    assert (replayed["state"], replayed["http_complete"]) == ("interrupted", False)
+    assert replayed["state"] == record["state"]
+    bare = io.StringIO()
+    replay(body, ReplayOptions(), bare)  # the body alone looks whole
+    assert json.loads(bare.getvalue().splitlines()[-1])["state"] == "completed"
