@@ -49,7 +49,7 @@ from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
 from .log import json_ready, level_for
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .redact import Secrets
+from .redact import Secrets, token_matches
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -660,10 +660,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         settings = request.app[SETTINGS]
         if not is_loopback(settings.host):
             token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
+            scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+            given = (scheme.lower() == "bearer" and token_matches(credentials, token)) or (
+                token_matches(request.query.get("token"), token)  # EventSource: no headers
             )
-            if not token or not given:
+            if not given:
                 return json_error(403, "sseproxy_forbidden", "admin token required")
     return await handler(request)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,13 @@ def redact_shapes(text: str) -> str:
 
 def _hinted(lowered: str, hints: tuple[str, ...]) -> bool:
     return any(hint in lowered for hint in hints) or ("@" in lowered and "://" in lowered)
+
+
+def token_matches(given: str | None, token: str) -> bool:
+    """`given` is the admin token, compared in constant time (no timing oracle on a prefix)."""
+    if not token or given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def is_secret_key(name: object) -> bool:

@@ -255,3 +255,13 @@ async def test_the_span_carries_the_redacted_error(upstream, aiohttp_client, log
     tracing.provider.force_flush()
     [span] = exporter.get_finished_spans()
     assert span.status.description == "Incorrect API key provided: " + "*" * len(key)
+
+
+async def test_only_the_whole_admin_token_passes(aiohttp_client) -> None:
+    app = create_app(load(None, {}, {"listen": "0.0.0.0:8790", "admin_token": "s3cret"}))
+    client = await aiohttp_client(app)
+    for header in ("Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "s3cret"):
+        resp = await client.get("/_sseproxy/anything", headers={"Authorization": header})
+        assert resp.status == 403, header
+    assert (await client.get("/_sseproxy/anything?token=s3cre")).status == 403
+    assert (await client.get("/_sseproxy/anything?token=s3cret")).status == 404  # past the guard

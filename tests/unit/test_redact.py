@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sseproxy.redact import NO_SECRETS, REDACTED, Secrets
+from sseproxy.redact import NO_SECRETS, REDACTED, Secrets, token_matches
 
 GROQ = "gsk_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"
 XAI = "xai-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
@@ -210,3 +210,10 @@ def test_a_cut_value_is_masked_from_its_longest_beginning() -> None:
     assert secrets.mask(b"data: abcdefghabcdefgh-ta", cut=True) == b"data: " + b"*" * 19
     assert secrets.mask(b"data: abcdefgh", cut=True) == b"data: " + b"*" * 8
     assert secrets.mask(b"data: abcdefg", cut=True) == b"data: abcdefg"  # 7: not a leak
+
+
+def test_the_admin_token_is_compared_whole() -> None:
+    assert token_matches("s3cret-token", "s3cret-token")
+    for attempt in ("s3cret-toke", "s3cret-token!", "S3CRET-TOKEN", "", None, "caf\udce9"):
+        assert not token_matches(attempt, "s3cret-token")
+    assert not token_matches("", "")  # no token configured: nothing matches
