@@ -48,8 +48,9 @@ from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
 from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
-from .log import level_for, redact_query
+from .log import json_ready, level_for
 from .metrics import Metrics
+from .redact import Secrets
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -239,6 +240,8 @@ class Exchange:
         self.view: StreamView | None = None
         self.span: Span | None = None
         self.request_id = uuid.uuid4().hex
+        # Rebuilt with the body once it is read; every sink gets what these redact.
+        self.secrets = Secrets.from_request(request.headers, request.raw_path, b"")
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
         self.route: Route | None = None
@@ -272,12 +275,12 @@ class Exchange:
             if name in upstream.headers:
                 self.upstream_request_id = upstream.headers[name]
                 break
-        self.response_headers = redact_headers(upstream.headers)
+        self.response_headers = redact_headers(upstream.headers, self.secrets)
         request = self.request
         self.view = StreamView(
             self.request_id,
             request.method,
-            request.path,
+            self.secrets.redact_target(request.raw_path),
             time.time(),
             self.timings.start,
             model=self.facts.model,
@@ -319,12 +322,12 @@ class Exchange:
         request = self.request
         record = verdict.to_dict()
         response_model = record.pop("model")
-        query = redact_query(request.query_string)
+        secrets = self.secrets
         fields: dict[str, Any] = {
             "request_id": self.request_id,
             "upstream_request_id": self.upstream_request_id,
             "method": request.method,
-            "path": request.path + (f"?{query}" if query else ""),
+            "path": secrets.redact_target(request.raw_path),
             "route": self.route.name if self.route else None,
             "upstream": self.route.upstream if self.route else None,
             "status": self.status,
@@ -337,15 +340,21 @@ class Exchange:
         }
         if self.inject_rules:
             fields["injected"] = [str(rule) for rule in self.inject_rules]
+        # Once; every sink below gets only this, redacted and serialisable as JSON.
+        fields = json_ready(secrets.redact(fields))
+        if verdict.error is not None:  # tracing reads the error message from the verdict
+            verdict = verdict.replace(error=ErrorInfo(**fields["error"]))
         log.log(level_for(verdict.state), "request.finished", **fields)
         self.state.metrics.observe(verdict, self.status, fields)
         inspector = self.state.inspector
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
+        text = secrets.redact_text(text) if text else text
         inspector.finished(self.request_id, fields, text)
         if self.span is not None and self.state.tracing is not None:
             self.state.tracing.end(self.span, verdict, fields, request=self.request_body)
         if self.capture is not None and self.state.captures is not None:
-            self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
+            meta = self.capture_meta(verdict, fields)
+            self.state.captures.save(self.capture, meta, secrets)
 
     def capture_meta(self, verdict: Verdict, fields: dict[str, Any]) -> dict[str, Any]:
         request = self.request
@@ -353,12 +362,15 @@ class Exchange:
         return {
             "method": request.method,
             "path": fields["path"],
-            "request_headers": redact_headers(request.headers),
+            "request_headers": redact_headers(request.headers, self.secrets),
             "request_body_base64": self.state.captures.request_body(self.request_body),
             "status": self.status,
             "response_headers": self.response_headers,
             "dialect": str(verdict.dialect),
-            "content_encoding": self.response_headers.get("Content-Encoding"),
+            "content_encoding": next(
+                (v for k, v in self.response_headers.items() if k.lower() == "content-encoding"),
+                None,
+            ),
             "end": str(self.end) if self.end else None,
             "http_complete": self.http_complete,
             "verdict": verdict.to_dict(),
@@ -419,6 +431,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     exchange.facts = request_facts(request.path, request.query_string, body)
     exchange.request_body = body
+    exchange.secrets = exchange.secrets.with_body(body)
     try:
         exchange.inject_rules = injection_rules(request, route, settings)
     except InjectionError as exc:
@@ -431,7 +444,8 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
     )
     assert state.session is not None
     if state.tracing is not None:
-        exchange.span = state.tracing.start(request.headers, headers, request.method, request.path)
+        target = exchange.secrets.redact_target(request.raw_path)
+        exchange.span = state.tracing.start(request.headers, headers, request.method, target)
     try:
         async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
             upstream = await state.session.request(
@@ -687,7 +701,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
     captures = None
     if settings.capture_dir:
-        captures = CaptureStore(
+        captures = CaptureStore.open(
             CaptureSettings(
                 Path(settings.capture_dir),
                 settings.capture_max_bytes,

@@ -214,7 +214,8 @@ SPEC = DialectSpec(
     ),
     path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
     event_types=EVENTS,
-    sniff=lambda obj: isinstance(obj.get("type"), str)
-    and (obj["type"] in EVENTS or obj["type"] == "message"),
+    sniff=lambda obj: (
+        isinstance(obj.get("type"), str) and (obj["type"] in EVENTS or obj["type"] == "message")
+    ),
     otel_provider="anthropic",
 )
