@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
@@ -33,7 +33,9 @@ USAGE_FIELDS = (
 
 class AnthropicMessagesAssembler(Assembler):
     dialect = Dialect.ANTHROPIC_MESSAGES
-    fast_path = True  # the short way for deltas below; tests switch it off to compare
+    fast_path: ClassVar[bool] = (
+        True  # the short way for deltas below; tests switch it off to compare
+    )
 
     def __init__(self) -> None:
         super().__init__()

@@ -6,7 +6,7 @@ said. They are compared with the deltas (`snapshot_mismatch`) and never appended
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
@@ -79,7 +79,7 @@ def responses_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIResponsesAssembler(Assembler):
     dialect = Dialect.OPENAI_RESPONSES
-    fast_path = True  # the short way for deltas; tests switch it off to compare
+    fast_path: ClassVar[bool] = True  # the short way for deltas; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
