@@ -76,7 +76,8 @@ async def admit(
         status = 403 if "disabled" in str(exc) else 400
         raise Refused(status, "injection", str(exc)) from exc
     asked = request_facts(request.path, request.query_string, body)
-    return dataclasses.replace(x.facts, body=body, asked=asked, inject_rules=rules)
+    secrets = x.facts.secrets.with_body(body)
+    return dataclasses.replace(x.facts, body=body, asked=asked, inject_rules=rules, secrets=secrets)
 
 
 async def read_body(

@@ -6,7 +6,7 @@ import asyncio
 import ipaddress
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,12 +17,13 @@ import structlog
 from aiohttp import web
 
 from .. import __version__
+from ..admin import admin_refusal
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
-from ..core import Dialect, EndReason, State, Verdict
+from ..core import Dialect, EndReason, ErrorInfo, State, Verdict
 from ..inspector import Inspector
-from ..log import redact_query
-from ..metrics import CONTENT_TYPE_LATEST, Metrics
+from ..metrics import Metrics
+from ..redact import Secrets
 from . import record as records
 from .admission import Refused, admit
 from .errors import describe
@@ -62,16 +63,17 @@ class Exchange:
     __slots__ = ("body_bytes", "facts", "progress", "slot")
 
     def __init__(self, request: web.Request) -> None:
-        raw_path, _, query = request.raw_path.partition("?")
-        query = redact_query(query)
         start = time.monotonic()
+        # Rebuilt with the body once it is read; every sink gets what these redact.
+        secrets = Secrets.from_request(request.headers, request.raw_path, b"")
         self.facts = RequestFacts(
             request_id=uuid.uuid4().hex,
             method=request.method,
-            path=raw_path + (f"?{query}" if query else ""),
+            path=secrets.redact_target(request.raw_path),
             started_at=time.time(),
             start=start,
             headers=request.headers,
+            secrets=secrets,
         )
         self.progress = Progress(Timings(start))
         self.slot = False
@@ -139,6 +141,9 @@ def finish(state: ProxyState, x: Exchange, content_timeout: float | None = None)
     try:
         verdict, pacing = records.verdict_of(x.facts, x.progress, content_timeout)
         record = records.build(x.facts, x.progress, verdict, pacing)
+        if verdict.error is not None and isinstance(record.get("error"), Mapping):
+            # tracing reads the error message from the verdict: the redacted one
+            verdict = verdict.replace(error=ErrorInfo(**record["error"]))
     except Exception as exc:  # never lose the record: a minimal one says what is known
         verdict = Verdict(dialect=Dialect.SSE, state=State.UNCONFIRMED)
         record = records.fallback(x.facts, x.progress, exc)
@@ -172,21 +177,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
     if request.method == "CONNECT":
         return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return await refuse(request, 400, "absolute_form", "only origin-form targets")
-    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
-        settings = request.app[SETTINGS]
-        if not is_loopback(settings.host):
-            token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
-            )
-            if not token or not given:
-                return own_response(uuid.uuid4().hex, 403, "forbidden", "admin token required")
+    refused = admin_refusal(request, request.app[SETTINGS])
+    if refused is not None:
+        return refused
     return await handler(request)
 
 
@@ -210,8 +209,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[STATE].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Rendering every zero-initialised series takes milliseconds: not on the event loop.
+    render = request.app[STATE].metrics.render
+    body, content_type = await asyncio.to_thread(render, request.headers.get("Accept"))
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()  # gzip when the scraper accepts it, as Prometheus does
+    return response
 
 
 async def own_not_found(request: web.Request) -> web.Response:
@@ -227,7 +230,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
     captures = None
     if settings.capture_dir:
-        captures = CaptureStore(
+        captures = CaptureStore.open(
             CaptureSettings(
                 Path(settings.capture_dir),
                 settings.capture_max_bytes,
@@ -240,7 +243,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         from ..tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)

@@ -3,7 +3,6 @@ the record both become: built once, redacted once, frozen, safe for any serialis
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,15 +17,14 @@ from ..core.pacing import Pacing, PacingSummary
 from ..core.request import RequestFacts as CoreRequestFacts
 from ..delivery import ClientDelivery
 from ..inspector import StreamView
-from ..log import redact_processor
+from ..log import json_ready, json_safe
+from ..redact import Secrets
 from .tapping import close_tap
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 Record = Mapping[str, Any]
-# orjson refuses integers beyond 64 bits; such a number from a peer is carried as a string.
-INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 # Responses that carry no body by definition (RFC 9110 §6.4.1).
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -37,13 +35,14 @@ class RequestFacts:
 
     request_id: str
     method: str
-    path: str  # raw path as sent, query credentials redacted
+    path: str  # the raw target as sent, its credentials redacted
     started_at: float  # wall clock, for people
     start: float  # monotonic, for durations
     route: Route | None = None
     body: bytes = b""
     inject_rules: tuple[Rule, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
+    secrets: Secrets = field(default_factory=lambda: Secrets.from_request({}, "/", b""))
     asked: CoreRequestFacts = field(default_factory=CoreRequestFacts)  # for the core's checks
 
 
@@ -200,8 +199,8 @@ def build(
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
         fields["no_body_expected"] = True
-    fields = dict(redact_processor(None, "", fields))
-    return MappingProxyType(json_safe(fields))
+    # Once: every sink gets only this, redacted and serialisable as JSON.
+    return MappingProxyType(json_ready(facts.secrets.redact(fields)))
 
 
 def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:
@@ -220,24 +219,3 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
             }
         )
     )
-
-
-def json_safe(value: Any) -> Any:
-    """A copy any JSON serialiser accepts: lone surrogates escaped, huge integers as strings."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-        return value
-    if isinstance(value, bool) or value is None or isinstance(value, float):
-        return value
-    if isinstance(value, int):
-        return value if INT_MIN <= value <= INT_MAX else str(value)
-    if isinstance(value, Mapping):
-        return {str(json_safe(str(k))): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return json_safe(dataclasses.asdict(value))
-    return json_safe(str(value))

@@ -123,9 +123,7 @@ async def forward(
     )
     headers["Via"] = ", ".join([*request.headers.getall("Via", []), via_entry(state)])
     if state.tracing is not None:
-        x.progress.span = state.tracing.start(
-            request.headers, headers, request.method, request.path
-        )
+        x.progress.span = state.tracing.start(request.headers, headers, request.method, facts.path)
     try:
         with UPSTREAM_IO:
             async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
@@ -317,7 +315,7 @@ def begin(
         if name in upstream.headers:
             p.upstream_request_id = upstream.headers[name]
             break
-    p.response_headers = redact_headers(upstream.headers)
+    p.response_headers = redact_headers(upstream.headers, facts.secrets)
     p.pacing = Pacing(facts.start)
     p.view = StreamView(
         facts.request_id,

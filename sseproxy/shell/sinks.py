@@ -14,8 +14,8 @@ import structlog
 
 from ..capture import redact_headers
 from ..core import Verdict
-from ..log import level_for, redact_processor
-from .record import Progress, Record, RequestFacts, json_safe
+from ..log import json_ready, level_for
+from .record import Progress, Record, RequestFacts
 
 if TYPE_CHECKING:
     from .app import ProxyState
@@ -51,16 +51,19 @@ def deliver(
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
+    text = facts.secrets.redact_text(text) if text else text
     safecall(state, "inspector", lambda: inspector.finished(facts.request_id, dict(record), text))
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:
-        safecall(state, "tracing", lambda: tracing.end(span, verdict, dict(record)))
+        body = facts.body
+        safecall(state, "tracing", lambda: tracing.end(span, verdict, record, request=body))
     captures, capture = state.captures, progress.capture
     if capture is not None and captures is not None:
 
         def save() -> None:
-            captures.save(capture, capture_meta(state, facts, progress, verdict, record))
+            meta = capture_meta(state, facts, progress, verdict, record)
+            captures.save(capture, meta, facts.secrets)
 
         safecall(state, "capture", save)
 
@@ -72,14 +75,17 @@ def capture_meta(
     return {
         "method": facts.method,
         "path": record["path"],
-        "request_headers": redact_headers(facts.headers),
+        "request_headers": redact_headers(facts.headers, facts.secrets),
         "request_body_base64": state.captures.request_body(facts.body),
         "status": progress.status,
         "response_headers": progress.response_headers,
         "dialect": str(verdict.dialect),
-        "content_encoding": progress.response_headers.get("Content-Encoding"),
+        "content_encoding": next(
+            (v for k, v in progress.response_headers.items() if k.lower() == "content-encoding"),
+            None,
+        ),
         "end": str(progress.end),
         "http_complete": progress.http_complete,
-        "verdict": json_safe(redact_processor(None, "", verdict.to_dict())),
+        "verdict": json_ready(verdict.to_dict()),  # captures.save redacts all it writes
         "record": dict(record),
     }

