@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,8 +120,13 @@ def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) 
     return out
 
 
+# A byte a header value or reason phrase cannot carry through aiohttp unchanged: controls
+# (but tab), DEL, and 0x80-0xFF.
+_UNFORWARDABLE = re.compile(rb"[^\t\x20-\x7e]")
+
+
 def _unforwardable(value: bytes) -> bool:
-    return any(b >= 0x7F or (b < 0x20 and b != 0x09) for b in value)
+    return _UNFORWARDABLE.search(value) is not None
 
 
 def refusal(upstream: aiohttp.ClientResponse) -> str | None:
