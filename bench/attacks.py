@@ -117,7 +117,11 @@ async def main(args: argparse.Namespace) -> None:
         print(json.dumps(figures))
     finally:
         proc.terminate()
-        proc.wait(15)
+        try:
+            proc.wait(30)  # held connections keep it for up to --shutdown-grace
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         await runner.cleanup()
 
 
