@@ -25,18 +25,22 @@ from .core.inject import (
     InjectionError,
     Injector,
     Pause,
-    RawEvents,
     Rule,
     Stall,
     Write,
     parse_rules,
+    raw_splitter,
 )
 
 MOCK_HEADER = "x-sseproxy-mock"
 INJECT_HEADER = "x-sseproxy-inject"
 # A raw body file has no timing: its events are spaced this far apart (before --speed).
 RAW_EVENT_INTERVAL_MS = 20.0
-CONTENT_TYPES = {Dialect.OLLAMA: "application/x-ndjson"}
+CONTENT_TYPES = {
+    Dialect.OLLAMA: "application/x-ndjson",
+    Dialect.BEDROCK_CONVERSE: "application/vnd.amazon.eventstream",
+    Dialect.BEDROCK_INVOKE: "application/vnd.amazon.eventstream",
+}
 DROP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
 
 
@@ -78,7 +82,7 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     tap.feed(data)
     verdict = tap.close()
     chosen = dialect or verdict.dialect
-    events = _split_events(data, chosen is Dialect.OLLAMA)
+    events = _split_events(data, chosen)
     cut = verdict.interruption is not None and verdict.interruption.partial_event_bytes > 0
     content_type = CONTENT_TYPES.get(chosen, "text/event-stream")
     return Recording(
@@ -91,8 +95,8 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     )
 
 
-def _split_events(data: bytes, ndjson: bool) -> list[bytes]:
-    splitter = RawEvents(ndjson)
+def _split_events(data: bytes, dialect: Dialect) -> list[bytes]:
+    splitter = raw_splitter(dialect, False)
     events = splitter.feed(data)
     rest = splitter.rest()
     return [*events, rest] if rest else events
@@ -107,7 +111,10 @@ def load_recordings(paths: Iterable[Path], dialect: Dialect | None = None) -> li
                 continue
             if file.suffix == ".json":
                 recordings.append(from_capture(file))
-            elif file.suffix in (".sse", ".ndjson", ".jsonl", ".txt") or not path.is_dir():
+            elif (
+                file.suffix in (".sse", ".ndjson", ".jsonl", ".txt", ".eventstream")
+                or not path.is_dir()
+            ):
                 recordings.append(from_body(file, dialect))
     return recordings
 

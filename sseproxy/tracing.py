@@ -29,6 +29,9 @@ OPERATIONS = {
     "vercel-ui": "chat",
     "openai-responses": "chat",
     "gemini": "generate_content",
+    "bedrock-converse": "chat",
+    "bedrock-invoke": "chat",
+    "cohere-chat": "chat",
 }
 # gen_ai.provider.name values of the semantic conventions, by our route names.
 PROVIDERS = {
@@ -41,6 +44,11 @@ PROVIDERS = {
     "xai": "x_ai",
     "openrouter": "openrouter",
     "ollama": "ollama",
+    "bedrock": "aws.bedrock",
+    "cohere": "cohere",
+    "azure": "azure.ai.openai",
+    "vertex": "gcp.vertex_ai",
+    "perplexity": "perplexity",
 }
 BY_DIALECT = {
     "openai-chat": "openai",
@@ -48,6 +56,9 @@ BY_DIALECT = {
     "anthropic-messages": "anthropic",
     "gemini": "gcp.gemini",
     "ollama": "ollama",
+    "bedrock-converse": "aws.bedrock",
+    "bedrock-invoke": "aws.bedrock",
+    "cohere-chat": "cohere",
 }
 
 

@@ -12,27 +12,31 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
 - `drop-terminal`: the dialect's terminal signal is removed: `[DONE]`, `message_stop`,
   `response.completed/incomplete/failed`, Gemini chunks with a `finishReason`, Ollama's
-  `done: true` line, Vercel's `finish` and `[DONE]`.
+  `done: true` line, Vercel's `finish` and `[DONE]`, Bedrock Converse `messageStop`, Bedrock
+  Invoke chunks holding `message_stop` or the invocation metrics, Cohere `message-end`.
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
   ends: Anthropic `overloaded_error`, Chat `{"error": ...}`, Responses `error`, Gemini 503
-  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`.
+  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`, Bedrock a
+  `modelStreamErrorException` message, Cohere `message-end` with `finish_reason: ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
 - `crlf`: every line end becomes CRLF.
 
-Event rules work on whole events (blank-line framing, or lines for NDJSON); byte rules then cut
-the resulting bytes into writes.
+Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
+streams); byte rules then cut the resulting bytes into writes (`crlf` leaves binary alone).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 
-from .dialects import sniff
+from . import eventstream
+from .dialects import EVENTSTREAM_DIALECTS, sniff
 from .events import SSEEvent
-from .framing import SSEDecoder
+from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from .verdict import Dialect
 
 RULES = {
@@ -143,6 +147,69 @@ class RawEvents:
         return rest
 
 
+class RawMessages:
+    """Splits an AWS event stream into raw messages by their length prefix, keeping every
+    byte. Bytes that cannot be a message (an impossible or oversized length) pass through
+    unsplit from there on."""
+
+    ndjson = False
+
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._held = b""
+        self._passthrough = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        held = self._held + data
+        if self._passthrough:
+            self._held = b""
+            return [held] if held else []
+        out: list[bytes] = []
+        start = 0
+        while len(held) - start >= 4:
+            total = int.from_bytes(held[start : start + 4], "big")
+            if total < eventstream.MIN_MESSAGE_BYTES or total > self.max_message_bytes:
+                self._passthrough = True
+                out.append(held[start:])
+                start = len(held)
+                break
+            if len(held) - start < total:
+                break
+            out.append(held[start : start + total])
+            start += total
+        self._held = held[start:]
+        return out
+
+    def rest(self) -> bytes:
+        rest, self._held = self._held, b""
+        return rest
+
+
+def raw_splitter(dialect: Dialect | None, ndjson: bool) -> RawEvents | RawMessages:
+    """The raw event splitter for a dialect's framing."""
+    if dialect in EVENTSTREAM_DIALECTS:
+        return RawMessages()
+    return RawEvents(ndjson or dialect is Dialect.OLLAMA)
+
+
+def _message(raw: bytes) -> eventstream.EventMessage | None:
+    messages = eventstream.EventStreamDecoder().feed(raw)
+    return messages[0] if messages else None
+
+
+def _is_terminal_message(dialect: Dialect, raw: bytes) -> bool:
+    message = _message(raw)
+    if message is None or message.message_type != "event":
+        return False
+    if dialect is Dialect.BEDROCK_CONVERSE:
+        return message.event_type == "messageStop"
+    try:
+        payload = base64.b64decode(json.loads(message.payload)["bytes"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    return b'"message_stop"' in payload or b"amazon-bedrock-invocationMetrics" in payload
+
+
 def _parse(raw: bytes) -> SSEEvent | None:
     decoder = SSEDecoder()
     events = [f for f in decoder.feed(raw) if isinstance(f, SSEEvent)]
@@ -150,6 +217,9 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
+    if dialect in EVENTSTREAM_DIALECTS:
+        assert dialect is not None
+        return _is_terminal_message(dialect, raw)
     if ndjson:
         return b'"done":true' in raw.replace(b" ", b"")
     event = _parse(raw)
@@ -166,10 +236,21 @@ def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
         return '"finishReason"' in data
     if dialect is Dialect.VERCEL_UI:
         return '"type":"finish"' in data.replace(" ", "")
+    if dialect is Dialect.COHERE_CHAT:
+        return etype == "message-end" or '"message-end"' in data
     return False
 
 
 def error_event(dialect: Dialect | None) -> bytes:
+    if dialect in EVENTSTREAM_DIALECTS:
+        body = {"message": "Model stream error (injected)", "originalStatusCode": 500}
+        return eventstream.exception("modelStreamErrorException", json.dumps(body).encode())
+    if dialect is Dialect.COHERE_CHAT:
+        body = {
+            "type": "message-end",
+            "delta": {"finish_reason": "ERROR", "error": "internal server error (injected)"},
+        }
+        return b"event: message-end\ndata: " + json.dumps(body).encode() + b"\n\n"
     if dialect is Dialect.ANTHROPIC_MESSAGES:
         body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
@@ -210,6 +291,13 @@ def error_event(dialect: Dialect | None) -> bytes:
 
 
 def end_marker(dialect: Dialect | None) -> bytes:
+    if dialect is Dialect.BEDROCK_CONVERSE:
+        return eventstream.event("messageStop", b"{}")
+    if dialect is Dialect.BEDROCK_INVOKE:
+        inner = base64.b64encode(b'{"type":"message_stop"}').decode()
+        return eventstream.event("chunk", json.dumps({"bytes": inner}).encode())
+    if dialect is Dialect.COHERE_CHAT:
+        return b'event: message-end\ndata: {"type":"message-end","delta":{}}\n\n'
     if dialect is Dialect.ANTHROPIC_MESSAGES:
         return b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
     if dialect is Dialect.OLLAMA:
@@ -241,11 +329,11 @@ class Injector:
     ndjson: bool = False
     events_sent: int = 0
     done: bool = False
-    _raw: RawEvents = field(init=False)
+    _raw: RawEvents | RawMessages = field(init=False)
     _first_write: bool = True
 
     def __post_init__(self) -> None:
-        self._raw = RawEvents(self.ndjson or self.dialect is Dialect.OLLAMA)
+        self._raw = raw_splitter(self.dialect, self.ndjson)
         self._by_name = {rule.name: rule.value for rule in self.rules}
 
     @property
@@ -281,7 +369,7 @@ class Injector:
                 steps += [*self._writes(raw[: max(1, len(raw) // 2)]), Close()]
                 self.done = True
                 return steps
-            if "crlf" in rules:
+            if "crlf" in rules and not isinstance(self._raw, RawMessages):
                 raw = to_crlf(raw)
             out = raw
             if "duplicate-snapshot" in rules and self._is_snapshot(raw):

@@ -17,6 +17,8 @@ from .dialects import Assembler, new_assembler, sniff, sniff_body
 from .dialects.base import DEFAULT_CONTENT_CHARS, loads
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, SSEEvent
+from .eventstream import PRELUDE_BYTES
+from .eventstream_reader import EventStreamFraming
 from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
@@ -33,6 +35,7 @@ class Framing(Enum):
     SSE = "sse"
     NDJSON = "ndjson"
     JSON_BODY = "json"
+    EVENTSTREAM = "eventstream"  # AWS `application/vnd.amazon.eventstream` (Bedrock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,7 @@ class StreamTap:
         self.anomalies: Counter[str] = Counter()
         self.framing = Framing.UNDECIDED
         self._ndjson = dialect is Dialect.OLLAMA or "ndjson" in (content_type or "").lower()
+        self._aws = EventStreamFraming.wanted(dialect, content_type, self.options.max_event_bytes)
         self._held: list[bytes] = []
         self._held_len = 0
         self._pending_events: list[SSEEvent] = []
@@ -162,6 +166,8 @@ class StreamTap:
         if self.framing is Framing.SSE:
             assert self._sse is not None
             self._on_frames(self._sse.feed(data))
+        elif self.framing is Framing.EVENTSTREAM and self._aws is not None:
+            self.events += self._aws.feed(self, data)
         elif self.framing is Framing.NDJSON:
             assert self._lines is not None
             assembler = self._assembler_for_lines()
@@ -181,6 +187,14 @@ class StreamTap:
                 return b""
             stripped = b"\n"  # a sea of blank lines can only be SSE
         first = stripped[:1]
+        if self._aws is None and held[:1] == b"\x00":  # no text framing starts with NUL
+            if len(held) < PRELUDE_BYTES:
+                return b""
+            self._aws = EventStreamFraming.sniffed(held, self.options.max_event_bytes)
+        if self._aws is not None and first not in (b"{", b"["):
+            self.framing = Framing.EVENTSTREAM
+            self._held, self._held_len = [], 0
+            return held
         if first in (b"{", b"["):
             if self._ndjson:
                 self.framing = Framing.NDJSON
@@ -293,6 +307,8 @@ class StreamTap:
             if self._blind is None and self.assembler is None:
                 self._adopt(Dialect.SSE)
             return partial
+        if self.framing is Framing.EVENTSTREAM and self._aws is not None:
+            return self._aws.finish(self)
         if self.framing is Framing.NDJSON and self._lines is not None:
             if self._lines.oversized:
                 self.anomalies["oversized_event"] += self._lines.oversized
@@ -363,7 +379,7 @@ class StreamTap:
 
     @property
     def retained_bytes(self) -> int:
-        framing = self._sse or self._lines
+        framing = self._sse or self._lines or self._aws
         return self._held_len + (framing.retained_bytes if framing else 0)
 
     def primary_text(self) -> str:

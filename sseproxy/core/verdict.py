@@ -17,6 +17,9 @@ class Dialect(StrEnum):
     OLLAMA = "ollama"
     VERCEL_UI = "vercel-ui"
     SSE = "sse"
+    BEDROCK_CONVERSE = "bedrock-converse"
+    BEDROCK_INVOKE = "bedrock-invoke"
+    COHERE_CHAT = "cohere-chat"
 
 
 class State(StrEnum):

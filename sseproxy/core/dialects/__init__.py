@@ -9,6 +9,9 @@ from ..events import SSEEvent
 from ..verdict import Dialect
 from .anthropic_messages import AnthropicMessagesAssembler
 from .base import Assembler, Outcome, loads
+from .bedrock_converse import BedrockConverseAssembler, MessageAssembler, sniff_message
+from .bedrock_invoke import BedrockInvokeAssembler
+from .cohere import COHERE_EVENTS, CohereChatAssembler
 from .gemini import GeminiAssembler
 from .ollama import OllamaAssembler
 from .openai_chat import OpenAIChatAssembler
@@ -16,7 +19,18 @@ from .openai_responses import OpenAIResponsesAssembler
 from .sse import PlainSSEAssembler
 from .vercel_ui import VercelUIAssembler
 
-__all__ = ["ASSEMBLERS", "Assembler", "Outcome", "detect", "new_assembler", "sniff", "sniff_body"]
+__all__ = [
+    "ASSEMBLERS",
+    "EVENTSTREAM_DIALECTS",
+    "Assembler",
+    "MessageAssembler",
+    "Outcome",
+    "detect",
+    "new_assembler",
+    "sniff",
+    "sniff_body",
+    "sniff_message",
+]
 
 ASSEMBLERS: dict[Dialect, type[Assembler]] = {
     cls.dialect: cls
@@ -28,8 +42,13 @@ ASSEMBLERS: dict[Dialect, type[Assembler]] = {
         OllamaAssembler,
         VercelUIAssembler,
         PlainSSEAssembler,
+        BedrockConverseAssembler,
+        BedrockInvokeAssembler,
+        CohereChatAssembler,
     )
 }
+# Dialects framed as AWS event streams (`application/vnd.amazon.eventstream`), not SSE.
+EVENTSTREAM_DIALECTS = {Dialect.BEDROCK_CONVERSE, Dialect.BEDROCK_INVOKE}
 
 ANTHROPIC_EVENTS = {
     "message_start",
@@ -70,6 +89,12 @@ def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> 
     if "x-vercel-ai-ui-message-stream" in lowered:
         return Dialect.VERCEL_UI
     path = path.split("?", 1)[0]
+    if path.endswith("/converse-stream") or path.endswith("/converse"):
+        return Dialect.BEDROCK_CONVERSE
+    if path.endswith("/invoke-with-response-stream"):
+        return Dialect.BEDROCK_INVOKE
+    if path.endswith("/v2/chat"):
+        return Dialect.COHERE_CHAT
     if path.endswith("/chat/completions"):
         return Dialect.OPENAI_CHAT
     if path.endswith("/responses") or "/responses/" in path:
@@ -117,6 +142,8 @@ def sniff_body(obj: Any) -> Dialect | None:
             return Dialect.ANTHROPIC_MESSAGES
         if otype in VERCEL_PARTS:
             return Dialect.VERCEL_UI
+        if otype in COHERE_EVENTS:
+            return Dialect.COHERE_CHAT
     if obj.get("object") == "response":
         return Dialect.OPENAI_RESPONSES
     error = obj.get("error")

@@ -1,0 +1,306 @@
+"""The official SDKs of the providers added in issue 13 (boto3 for Bedrock, cohere, openai's
+AzureOpenAI), through the proxy on its default or documented routes, in front of a scripted
+fake upstream sending real wire bytes: what the SDK assembles must agree with the record."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from sseproxy.config import load, make_route
+from sseproxy.core.eventstream import event, exception
+from sseproxy.proxy import create_app
+from tests.integration.fake_upstream import Close, Script, Send
+
+pytestmark = pytest.mark.e2e
+boto3 = pytest.importorskip("boto3")
+botocore = pytest.importorskip("botocore")
+botocore_config = pytest.importorskip("botocore.config")
+cohere = pytest.importorskip("cohere")
+openai = pytest.importorskip("openai")
+
+EVENTSTREAM = "application/vnd.amazon.eventstream"
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+
+
+def routes_to(fake_url: str, extra: tuple[Any, ...] = ()) -> Any:
+    settings = load()
+    routes = tuple(
+        make_route(r.name, r.paths, fake_url + upstream_path(r.upstream), r.strip_prefix, r.dialect)
+        for r in (*extra, *settings.routes)
+    )
+    return replace(settings, routes=routes)
+
+
+def upstream_path(url: str) -> str:
+    """Keep the upstream's own path (e.g. `/v1/openai`), change only its host."""
+    parts = url.split("/", 3)
+    return "/" + parts[3] if len(parts) > 3 else ""
+
+
+@pytest.fixture
+async def proxy_url(aiohttp_server, upstream, logs) -> str:
+    _, fake_url = upstream
+    server = await aiohttp_server(create_app(routes_to(fake_url)))
+    return str(server.make_url("")).rstrip("/")
+
+
+async def records(logs, n: int = 1) -> list[dict[str, Any]]:
+    for _ in range(300):
+        if len(logs.records()) >= n:
+            break
+        await asyncio.sleep(0.01)
+    return logs.records()
+
+
+def serve(upstream, body: bytes, ctype: str, *, cut: bool = False, status: int = 200) -> None:
+    fake, _ = upstream
+    chunks: list[Any] = [Send(body[i : i + 29]) for i in range(0, len(body), 29)]
+    if cut:
+        chunks.append(Close())
+    fake.script("*", Script(chunks, status=status, headers={"Content-Type": ctype}))
+
+
+# -- AWS Bedrock -------------------------------------------------------------------------
+
+
+def ev(name: str, **payload: Any) -> bytes:
+    return event(name, json.dumps({**payload, "p": "abcd"}).encode())
+
+
+def converse_stream(stop: str | None = "end_turn", tail: bytes = b"") -> bytes:
+    parts = [
+        ev("messageStart", role="assistant"),
+        ev("contentBlockDelta", contentBlockIndex=0, delta={"text": "Bonjour, "}),
+        ev("contentBlockDelta", contentBlockIndex=0, delta={"text": "le monde 🌍"}),
+        ev("contentBlockStop", contentBlockIndex=0),
+        ev(
+            "contentBlockStart",
+            contentBlockIndex=1,
+            start={"toolUse": {"toolUseId": "tooluse_1", "name": "lookup"}},
+        ),
+        ev("contentBlockDelta", contentBlockIndex=1, delta={"toolUse": {"input": '{"q": '}}),
+        ev("contentBlockDelta", contentBlockIndex=1, delta={"toolUse": {"input": '"x"}'}}),
+        ev("contentBlockStop", contentBlockIndex=1),
+    ]
+    if stop is not None:
+        parts += [
+            ev("messageStop", stopReason=stop),
+            ev(
+                "metadata",
+                usage={"inputTokens": 12, "outputTokens": 9, "totalTokens": 21},
+                metrics={"latencyMs": 321},
+            ),
+        ]
+    return b"".join(parts) + tail
+
+
+TOKEN = "bedrock-api-key-test"
+
+
+def bedrock_client(endpoint: str) -> Any:
+    """A Bedrock API key over plain HTTP: botocore refuses its own bearer auth without HTTPS,
+    so the client is unsigned and the key goes in the header (as README shows)."""
+    client = boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        config=botocore_config.Config(
+            signature_version=botocore.UNSIGNED, retries={"total_max_attempts": 1}
+        ),
+    )
+
+    def add_key(request: Any, **_: Any) -> None:
+        request.headers["Authorization"] = f"Bearer {TOKEN}"
+
+    client.meta.events.register("before-send.bedrock-runtime", add_key)
+    return client
+
+
+def converse(endpoint: str) -> dict[str, Any]:
+    """What a boto3 user gets from ConverseStream: text, tool input, stop reason, usage, or
+    the exception the SDK raised."""
+    client = bedrock_client(endpoint)
+    out: dict[str, Any] = {"text": "", "tool": "", "stop": None, "usage": None, "error": None}
+    try:
+        response = client.converse_stream(
+            modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}]
+        )
+        for item in response["stream"]:
+            delta = item.get("contentBlockDelta", {}).get("delta", {})
+            out["text"] += delta.get("text", "")
+            out["tool"] += delta.get("toolUse", {}).get("input", "")
+            if "messageStop" in item:
+                out["stop"] = item["messageStop"]["stopReason"]
+            if "metadata" in item:
+                out["usage"] = item["metadata"]["usage"]
+    except Exception as exc:  # the SDK's own failure is part of what is compared
+        out["error"] = type(exc).__name__
+    return out
+
+
+@pytest.fixture
+def bearer(monkeypatch) -> str:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return TOKEN
+
+
+def test_botocore_bearer_auth_needs_https(monkeypatch, bearer) -> None:
+    """Why the clients here are unsigned: README tells users the same."""
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", bearer)
+    client = boto3.client(
+        "bedrock-runtime", region_name="us-east-1", endpoint_url="http://127.0.0.1:9"
+    )
+    with pytest.raises(Exception, match="Bearer authorization requires an HTTPS endpoint"):
+        client.converse_stream(modelId=MODEL, messages=[])
+
+
+async def test_bedrock_converse_stream(upstream, proxy_url, logs, bearer) -> None:
+    fake, fake_url = upstream
+    serve(upstream, converse_stream(), EVENTSTREAM)
+    direct = await asyncio.to_thread(converse, fake_url)
+    via_proxy = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
+    assert via_proxy == direct
+    assert via_proxy["text"] == "Bonjour, le monde 🌍" and via_proxy["stop"] == "end_turn"
+    seen = fake.seen[-1]
+    assert seen.path_qs.startswith("/model/anthropic.claude-3-haiku")
+    assert seen.path_qs.endswith("/converse-stream")
+    assert seen.headers["Authorization"] == f"Bearer {bearer}"
+    [record] = await records(logs)
+    assert (record["route"], record["dialect"], record["state"]) == (
+        "bedrock",
+        "bedrock-converse",
+        "completed",
+    )
+    assert record["finish_reason"] == via_proxy["stop"]
+    assert record["text_chars"] == len(via_proxy["text"])
+    assert record["tool_calls"] == [
+        {
+            "id": "tooluse_1",
+            "name": "lookup",
+            "arguments_bytes": len(via_proxy["tool"]),
+            "arguments_valid_json": True,
+        }
+    ]
+    assert record["usage"]["input_tokens"] == via_proxy["usage"]["inputTokens"]
+    assert record["usage"]["output_tokens"] == via_proxy["usage"]["outputTokens"]
+
+
+async def test_bedrock_converse_exception(upstream, proxy_url, logs, bearer) -> None:
+    error = exception(
+        "modelStreamErrorException",
+        json.dumps(
+            {"message": "Model produced invalid sequence", "originalStatusCode": 500}
+        ).encode(),
+    )
+    serve(upstream, converse_stream(stop=None, tail=error), EVENTSTREAM)
+    result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
+    assert result["error"] == "EventStreamError"  # botocore raises on the exception message
+    [record] = await records(logs)
+    assert (record["state"], record["last_event"]) == ("failed", "modelStreamErrorException")
+    assert record["error"]["message"] == "Model produced invalid sequence"
+
+
+async def test_bedrock_converse_cut_is_interrupted(upstream, proxy_url, logs, bearer) -> None:
+    body = converse_stream()
+    serve(upstream, body[: len(body) // 2], EVENTSTREAM, cut=True)
+    result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
+    assert result["stop"] is None  # the SDK never saw messageStop
+    [record] = await records(logs)
+    assert record["state"] == "interrupted"
+    assert record["text_chars"] == len(result["text"])
+
+
+async def test_bedrock_http_error_body(upstream, proxy_url, logs, bearer) -> None:
+    body = json.dumps({"message": "Too many tokens, please wait before trying again."}).encode()
+    fake, _ = upstream
+    fake.script(
+        "*",
+        Script(
+            [Send(body)],
+            status=429,
+            headers={"Content-Type": "application/json", "x-amzn-ErrorType": "ThrottlingException"},
+        ),
+    )
+    result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
+    assert result["error"] == "ThrottlingException"
+    [record] = await records(logs)
+    assert (record["state"], record["status"]) == ("http_error", 429)
+    assert record["error"]["message"] == "Too many tokens, please wait before trying again."
+
+
+def invoke_chunk(obj: dict[str, Any]) -> bytes:
+    data = base64.b64encode(json.dumps(obj).encode()).decode()
+    return event("chunk", json.dumps({"bytes": data}).encode())
+
+
+def invoke(endpoint: str) -> dict[str, Any]:
+    client = bedrock_client(endpoint)
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100})
+    response = client.invoke_model_with_response_stream(modelId=MODEL, body=body)
+    text, stop, types = "", None, []
+    for item in response["body"]:
+        payload = json.loads(item["chunk"]["bytes"])
+        types.append(payload["type"])
+        if payload["type"] == "content_block_delta":
+            text += payload["delta"].get("text", "")
+        if payload["type"] == "message_delta":
+            stop = payload["delta"]["stop_reason"]
+    return {"text": text, "stop": stop, "types": types}
+
+
+async def test_bedrock_invoke_anthropic(upstream, proxy_url, logs, bearer) -> None:
+    body = b"".join(
+        invoke_chunk(obj)
+        for obj in [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_bdrk_1",
+                    "model": "claude-3-haiku",
+                    "usage": {"input_tokens": 8, "output_tokens": 1},
+                },
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Salut"},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": " à tous"},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "max_tokens"},
+                "usage": {"output_tokens": 5},
+            },
+            {
+                "type": "message_stop",
+                "amazon-bedrock-invocationMetrics": {"inputTokenCount": 8, "outputTokenCount": 5},
+            },
+        ]
+    )
+    serve(upstream, body, EVENTSTREAM)
+    result = await asyncio.to_thread(invoke, proxy_url + "/bedrock/us-east-1")
+    assert result["text"] == "Salut à tous" and result["types"][-1] == "message_stop"
+    [record] = await records(logs)
+    assert (record["dialect"], record["state"], record["finish_reason"]) == (
+        "bedrock-invoke",
+        "incomplete",
+        result["stop"],
+    )
+    assert (record["text_chars"], record["response_id"]) == (len(result["text"]), "msg_bdrk_1")
