@@ -45,6 +45,7 @@ from .core.inject import InjectionError, Injector, Rule, parse_rules
 from .core.inject import Pause as InjectPause
 from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
+from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
 from .log import level_for, redact_query
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -84,8 +85,6 @@ UPSTREAM_REQUEST_ID_HEADERS = (
 )
 # An exception message can quote a whole malformed response; the error body stays readable.
 MAX_CAUSE_CHARS = 300
-# The request body is parsed for `model` only when it is at most this large.
-MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -221,20 +220,6 @@ def json_error(status: int, etype: str, message: str, **extra: Any) -> web.Respo
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def request_model(body: bytes, path: str) -> str | None:
-    """The model asked for: the request body's `model`, else the Gemini path's, best effort."""
-    if body and len(body) <= MODEL_SNIFF_BYTES and body.lstrip()[:1] == b"{":
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("model"), str):
-            return str(obj["model"])
-    if "/models/" in path:
-        return path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
-    return None
-
-
 class Exchange:
     """One proxied request: its identity, timings, tap and the record it ends with."""
 
@@ -259,7 +244,7 @@ class Exchange:
         self.status: int | None = None
         self.content_type: str | None = None
         self.upstream_request_id: str | None = None
-        self.model: str | None = None
+        self.facts = RequestFacts()
         self.stream = False
         self.verdict: Verdict | None = None
 
@@ -280,6 +265,7 @@ class Exchange:
                 max_event_bytes=self.settings.max_event_bytes,
                 content_chars=CONTENT_CHARS if self.settings.keep_content else 0,
             ),
+            request=self.facts,
         )
         for name in UPSTREAM_REQUEST_ID_HEADERS:
             if name in upstream.headers:
@@ -293,7 +279,7 @@ class Exchange:
             request.path,
             time.time(),
             self.timings.start,
-            model=self.model,
+            model=self.facts.model,
             dialect=str(dialect) if dialect else None,
             status=self.status,
             tap=self.tap,
@@ -314,7 +300,7 @@ class Exchange:
         self.end = end
         self.http_complete = http_complete
         tap = self.tap or StreamTap(Dialect.SSE)
-        verdict = tap.close(end)
+        verdict = tap.close(end, http_complete=http_complete)
         if proxy_error is not None:
             interruption = None if end is EndReason.END_OF_INPUT else Interruption(str(end), 0)
             verdict = verdict.replace(
@@ -342,7 +328,7 @@ class Exchange:
             "upstream": self.route.upstream if self.route else None,
             "status": self.status,
             "content_type": self.content_type,
-            "model": self.model,
+            "model": self.facts.model,
             "response_model": response_model,
             "stream": self.stream,
             **self.timings.fields(time.monotonic()),
@@ -430,7 +416,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
             "sseproxy_request_too_large",
             f"request body exceeds {settings.max_request_body_bytes} bytes",
         )
-    exchange.model = request_model(body, request.path)
+    exchange.facts = request_facts(request.path, request.query_string, body)
     exchange.request_body = body
     try:
         exchange.inject_rules = injection_rules(request, route, settings)

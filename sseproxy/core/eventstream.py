@@ -74,6 +74,11 @@ class EventMessage:
         return self.header(":exception-type")
 
 
+def prelude_holds(head: bytes) -> bool:
+    """Do the first 12 bytes form a prelude whose CRC is right? (1 in 2**32 by chance.)"""
+    return len(head) >= PRELUDE_BYTES and zlib.crc32(head[:8]) == int.from_bytes(head[8:12], "big")
+
+
 def parse_headers(data: bytes) -> dict[str, HeaderValue] | None:
     """The typed headers of one message; None when they are malformed (botocore would raise)."""
     headers: dict[str, HeaderValue] = {}

@@ -8,12 +8,11 @@ the corruption as its anomaly: the bytes are still forwarded, the verdict become
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from typing import Protocol
 
-from .dialects import EVENTSTREAM_DIALECTS, Assembler, MessageAssembler, sniff_message
-from .eventstream import PRELUDE_BYTES, EventMessage, EventStreamDecoder
+from .dialects import Assembler, MessageAssembler, sniff_message
+from .eventstream import EventMessage, EventStreamDecoder
 from .verdict import Dialect
 
 EVENTSTREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
@@ -36,26 +35,6 @@ class EventStreamFraming:
     def __init__(self, max_message_bytes: int) -> None:
         self.decoder = EventStreamDecoder(max_message_bytes)
         self.pending: list[EventMessage] = []
-
-    @classmethod
-    def wanted(
-        cls, dialect: Dialect | None, content_type: str | None, max_message_bytes: int
-    ) -> EventStreamFraming | None:
-        """The content type decides; without one (replay), a Bedrock dialect does. A JSON
-        body (an error, a non-streamed answer) still starts with `{` and is read as JSON."""
-        ctype = (content_type or "").lower()
-        if EVENTSTREAM_CONTENT_TYPE in ctype or (
-            dialect in EVENTSTREAM_DIALECTS and "json" not in ctype
-        ):
-            return cls(max_message_bytes)
-        return None
-
-    @classmethod
-    def sniffed(cls, head: bytes, max_message_bytes: int) -> EventStreamFraming | None:
-        """From the first bytes, when no content type said so: a prelude whose CRC holds."""
-        if len(head) >= PRELUDE_BYTES and zlib.crc32(head[:8]) == int.from_bytes(head[8:12], "big"):
-            return cls(max_message_bytes)
-        return None
 
     def feed(self, tap: Tap, data: bytes) -> int:
         """Feed bytes; returns how many messages they completed."""

@@ -10,10 +10,11 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `stall-after=N`: after N events nothing more is sent; the connection stays open.
 - `cut-after=N`: after N events the connection is closed without ending the HTTP body.
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
-- `drop-terminal`: the dialect's terminal signal is removed: `[DONE]`, `message_stop`,
-  `response.completed/incomplete/failed`, Gemini chunks with a `finishReason`, Ollama's
-  `done: true` line, Vercel's `finish` and `[DONE]`, Bedrock Converse `messageStop`, Bedrock
-  Invoke chunks holding `message_stop` or the invocation metrics, Cohere `message-end`.
+- `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
+  `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`,
+  Bedrock Converse `messageStop`, Bedrock Invoke chunks holding `message_stop` or the
+  invocation metrics, Cohere `message-end`.
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
@@ -228,6 +229,9 @@ def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
     etype, data = event.type, event.data
     if data == "[DONE]":
         return dialect in (None, Dialect.OPENAI_CHAT, Dialect.VERCEL_UI, Dialect.SSE)
+    if dialect is Dialect.OPENAI_CHAT:
+        # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
+        return '"finish_reason":"' in data.replace(" ", "")
     if dialect is Dialect.ANTHROPIC_MESSAGES:
         return etype == "message_stop" or '"message_stop"' in data
     if dialect is Dialect.OPENAI_RESPONSES:
@@ -241,7 +245,8 @@ def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
     return False
 
 
-def error_event(dialect: Dialect | None) -> bytes:
+def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
+    """The dialect's own in-band error; `sequence_number` continues a Responses stream's."""
     if dialect in EVENTSTREAM_DIALECTS:
         body = {"message": "Model stream error (injected)", "originalStatusCode": 500}
         return eventstream.exception("modelStreamErrorException", json.dumps(body).encode())
@@ -255,15 +260,16 @@ def error_event(dialect: Dialect | None) -> bytes:
         body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
     if dialect is Dialect.OPENAI_RESPONSES:
-        body = {
+        # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
+        # `sequence_number` as a schema mismatch and never shows the message).
+        event = {
             "type": "error",
-            "error": {
-                "type": "server_error",
-                "code": "server_error",
-                "message": "The server had an error (injected)",
-            },
+            "code": "server_error",
+            "message": "The server had an error (injected)",
+            "param": None,
+            "sequence_number": sequence_number,
         }
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
+        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
     if dialect is Dialect.GEMINI:
         body = {
             "error": {
@@ -329,6 +335,7 @@ class Injector:
     ndjson: bool = False
     events_sent: int = 0
     done: bool = False
+    next_sequence: int = 0  # of a Responses stream, for an injected error event
     _raw: RawEvents | RawMessages = field(init=False)
     _first_write: bool = True
 
@@ -364,6 +371,8 @@ class Injector:
                     self.dialect = sniff(parsed)
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
+            if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
+                self._track_sequence(raw)
             n = self.events_sent + 1
             if rules.get("cut-mid-event") == n:
                 steps += [*self._writes(raw[: max(1, len(raw) // 2)]), Close()]
@@ -377,7 +386,7 @@ class Injector:
             steps += self._writes(out)
             self.events_sent = n
             for name, tail in (
-                ("inject-error", [Write(error_event(self.dialect))]),
+                ("inject-error", [Write(error_event(self.dialect, self.next_sequence))]),
                 ("done-after-cut", [Write(end_marker(self.dialect))]),
             ):
                 if rules.get(name) == n:
@@ -393,6 +402,17 @@ class Injector:
                 self.done = True
                 return steps
         return steps
+
+    def _track_sequence(self, raw: bytes) -> None:
+        event = _parse(raw)
+        if event is None:
+            return
+        try:
+            seq = json.loads(event.data).get("sequence_number")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:
+            self.next_sequence = seq + 1
 
     @staticmethod
     def _is_snapshot(raw: bytes) -> bool:

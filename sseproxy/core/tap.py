@@ -8,18 +8,20 @@ never an exception into the forwarding loop (unless `strict`, which tests use).
 
 from __future__ import annotations
 
+import codecs
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from .dialects import Assembler, new_assembler, sniff, sniff_body
-from .dialects.base import DEFAULT_CONTENT_CHARS, loads
+from .dialects.base import DEFAULT_CONTENT_CHARS, Outcome, loads
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, SSEEvent
-from .eventstream import PRELUDE_BYTES
-from .eventstream_reader import EventStreamFraming
+from .eventstream import PRELUDE_BYTES, prelude_holds
+from .eventstream_reader import EVENTSTREAM_CONTENT_TYPE, EventStreamFraming
 from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
+from .request import RequestFacts
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
 # A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
@@ -27,7 +29,16 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 # Events held while the dialect is still unknown (auto mode). The first telling event decides;
 # a stream that says nothing within this many events is analysed as plain SSE.
 SNIFF_EVENTS = 32
+# Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
+# Leading whitespace held before the first significant byte decides the framing; a body that
+# is nothing but blank lines for this long can only be SSE.
+MAX_UNDECIDED_BYTES = 64 * 1024
+# Leading bytes of a `text/plain` body that mark it as SSE served under the wrong type.
+SSE_FIELD_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
+WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # and the BOM's bytes
+# States that a client leaving cannot change once the events decided them.
+KNOWN_OUTCOMES = {State.COMPLETED, State.INCOMPLETE, State.FAILED}
 
 
 class Framing(Enum):
@@ -35,7 +46,22 @@ class Framing(Enum):
     SSE = "sse"
     NDJSON = "ndjson"
     JSON_BODY = "json"
+    TEXT = "text"
     EVENTSTREAM = "eventstream"  # AWS `application/vnd.amazon.eventstream` (Bedrock)
+
+
+def framing_for(content_type: str | None) -> Framing | None:
+    """The framing a Content-Type declares; None when the first bytes must decide."""
+    ctype = (content_type or "").split(";", 1)[0].strip().lower()
+    if ctype == "text/event-stream":
+        return Framing.SSE
+    if ctype == EVENTSTREAM_CONTENT_TYPE:
+        return Framing.EVENTSTREAM
+    if "ndjson" in ctype or "jsonl" in ctype or "json-seq" in ctype:
+        return Framing.NDJSON
+    if not ctype or ctype == "application/json" or ctype.endswith("+json"):
+        return None
+    return Framing.TEXT  # text/plain, application/octet-stream, anything else: no protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +80,10 @@ class StreamTap:
         content_type: str | None = None,
         content_encoding: str | None = None,
         options: TapOptions | None = None,
+        request: RequestFacts | None = None,
     ) -> None:
         self.options = options or TapOptions()
+        self.request = request or RequestFacts()
         self.dialect = dialect
         self.assembler: Assembler | None = (
             new_assembler(dialect, self.options.content_chars) if dialect else None
@@ -65,10 +93,15 @@ class StreamTap:
         self.comments = 0
         self.anomalies: Counter[str] = Counter()
         self.framing = Framing.UNDECIDED
-        self._ndjson = dialect is Dialect.OLLAMA or "ndjson" in (content_type or "").lower()
-        self._aws = EventStreamFraming.wanted(dialect, content_type, self.options.max_event_bytes)
+        self._declared = framing_for(content_type)
+        self._ndjson = dialect is Dialect.OLLAMA or self._declared is Framing.NDJSON
+        self._aws: EventStreamFraming | None = None
         self._held: list[bytes] = []
         self._held_len = 0
+        self._significant = False  # a non-whitespace byte has been held
+        self._json_like = False  # ... and it opened a JSON value
+        self._line_seen = False  # ... and a line end came after it
+        self._text: codecs.BufferedIncrementalDecoder | None = None
         self._pending_events: list[SSEEvent] = []
         self._sse: SSEDecoder | None = None
         self._lines: LineDecoder | None = None
@@ -134,17 +167,24 @@ class StreamTap:
             self._direct = (self._sse, self.assembler)
         return (self.assembler.content_deltas if self.assembler else 0) - before
 
-    def close(self, end: EndReason | str = EndReason.END_OF_INPUT) -> Verdict:
-        """The bytes ended for `end`; decide. Idempotent: later calls return the same verdict."""
+    def close(
+        self, end: EndReason | str = EndReason.END_OF_INPUT, *, http_complete: bool = True
+    ) -> Verdict:
+        """The bytes ended for `end`; decide. Idempotent: later calls return the same verdict.
+
+        `http_complete`: the body ended by its own HTTP framing (last-chunk, Content-Length,
+        or the close of a close-delimited body). A body that did not is never a success unless
+        the dialect's end marker had already arrived.
+        """
         if self._verdict is None:
             try:
-                self._verdict = self._conclude(str(end))
+                self._verdict = self._conclude(str(end), http_complete)
             except Exception:
                 if self.options.strict:
                     raise
                 self._go_blind("core_error")
                 try:
-                    self._verdict = self._conclude(str(end))
+                    self._verdict = self._conclude(str(end), http_complete)
                 except Exception:
                     self._verdict = Verdict(
                         dialect=self.dialect or Dialect.SSE,
@@ -153,6 +193,7 @@ class StreamTap:
                         bytes=self.bytes,
                         events=self.events,
                         comments=self.comments,
+                        http_complete=http_complete,
                     )
         return self._verdict
 
@@ -174,42 +215,93 @@ class StreamTap:
             for line in self._lines.feed(data):
                 self.events += 1
                 assembler.on_line(line)
+        elif self.framing is Framing.TEXT:
+            assert self._text is not None and self.assembler is not None
+            self.assembler.on_text(self._text.decode(data))
         else:
             self._hold(data)
 
     def _decide_framing(self, data: bytes) -> bytes:
-        """Hold leading whitespace until the first significant byte says which framing this is."""
+        """Hold bytes until the Content-Type and the first significant bytes say which framing
+        this is; returns the held bytes once decided. Held bytes are joined only when a
+        decision can be made, so holding a long first line stays linear."""
         self._hold(data)
+        if self._declared is Framing.NDJSON:
+            return self._decided(Framing.NDJSON)
+        if not self._significant:
+            start = data.lstrip(WHITESPACE)
+            if not start:
+                if self._held_len < MAX_UNDECIDED_BYTES:
+                    return b""
+                return self._decided(Framing.SSE)  # a sea of blank lines can only be SSE
+            self._significant = True
+            self._json_like = start[:1] in (b"{", b"[")
+            self._line_seen = b"\n" in start
+        elif not self._line_seen:
+            self._line_seen = b"\n" in data
+        if not self._json_like:
+            if self._declared is Framing.EVENTSTREAM or (
+                self._held[:1] and self._held[0][:1] == b"\x00"
+            ):
+                return self._decide_eventstream()
+            if self._declared is not Framing.TEXT:
+                return self._decided(Framing.SSE)
+            return self._decide_text()
+        if self._declared is not None:
+            self.anomalies["content_type_mismatch"] += 1  # JSON under another declared type
+        if self._ndjson:
+            return self._decided(Framing.NDJSON)
+        if not self._line_seen:
+            return b""  # cannot tell NDJSON from a JSON body before the first line ends
         held = b"".join(self._held)
-        stripped = held.lstrip(b" \t\r\n\xef\xbb\xbf")
-        if not stripped:
-            if len(held) < 64 * 1024:
-                return b""
-            stripped = b"\n"  # a sea of blank lines can only be SSE
-        first = stripped[:1]
-        if self._aws is None and held[:1] == b"\x00":  # no text framing starts with NUL
-            if len(held) < PRELUDE_BYTES:
-                return b""
-            self._aws = EventStreamFraming.sniffed(held, self.options.max_event_bytes)
-        if self._aws is not None and first not in (b"{", b"["):
-            self.framing = Framing.EVENTSTREAM
-            self._held, self._held_len = [], 0
-            return held
-        if first in (b"{", b"["):
-            if self._ndjson:
-                self.framing = Framing.NDJSON
-            elif b"\n" not in stripped:
-                return b""  # cannot tell NDJSON from a JSON body before the first line ends
-            elif self._looks_like_ndjson(stripped):
-                self.framing = Framing.NDJSON
-            else:
-                self.framing = Framing.JSON_BODY
-                return b""  # already held
-        else:
-            self.framing = Framing.SSE
+        self._held = [held]
+        if self._looks_like_ndjson(held.lstrip(WHITESPACE)):
+            return self._decided(Framing.NDJSON)
+        self.framing = Framing.JSON_BODY
+        return b""  # already held, parsed whole at the end
+
+    def _decide_text(self) -> bytes:
+        """`text/plain` and other types: text, unless the body is visibly SSE under the
+        wrong type (a common relay mistake), which needs its first few bytes to tell."""
+        start = b"".join(self._held).lstrip(WHITESPACE)  # a few bytes: decided within 6
+        if any(field.startswith(start) for field in SSE_FIELD_STARTS) and not self._line_seen:
+            return b""  # still a prefix of an SSE field name
+        if start.startswith(SSE_FIELD_STARTS):
+            self.anomalies["content_type_mismatch"] += 1
+            return self._decided(Framing.SSE)
+        return self._decided(Framing.TEXT)
+
+    def _decide_eventstream(self) -> bytes:
+        """AWS event stream when declared, or when the first bytes are a prelude whose CRC
+        holds (a replayed body has no Content-Type); no text framing starts with NUL."""
+        if self._declared is Framing.EVENTSTREAM:
+            return self._decided(Framing.EVENTSTREAM)
+        held = b"".join(self._held)
+        self._held = [held]
+        if len(held) < PRELUDE_BYTES:
+            return b""
+        if prelude_holds(held):
+            return self._decided(Framing.EVENTSTREAM)
+        return (
+            self._decided(Framing.SSE)
+            if self._declared is not Framing.TEXT
+            else self._decide_text()
+        )
+
+    def _decided(self, framing: Framing) -> bytes:
+        self.framing = framing
+        held = b"".join(self._held)
         self._held, self._held_len = [], 0
-        if self.framing is Framing.SSE:
+        if framing is Framing.SSE:
             self._sse = SSEDecoder(self.options.max_event_bytes)
+        elif framing is Framing.TEXT:
+            self._text = codecs.getincrementaldecoder("utf-8")("replace")
+            if self.assembler is not None:
+                self.anomalies["unexpected_content_type"] += 1
+            self.dialect = Dialect.TEXT
+            self.assembler = new_assembler(Dialect.TEXT, self.options.content_chars)
+        elif framing is Framing.EVENTSTREAM:
+            self._aws = EventStreamFraming(self.options.max_event_bytes)
         else:
             self._lines = LineDecoder(self.options.max_event_bytes)
         return held
@@ -288,12 +380,14 @@ class StreamTap:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
         if self._decoder is not None and self._blind is None and not self._decoder.finish():
             self.anomalies["truncated_compressed_body"] += 1
-        if (
-            self.framing is Framing.UNDECIDED
-            and self._blind is None
-            and (self._held or self._body_overflow)
-        ):
-            self.framing = Framing.JSON_BODY  # a single JSON body without a newline
+        if self.framing is Framing.UNDECIDED and self._blind is None:
+            if self._json_like or self._body_overflow:
+                self.framing = Framing.JSON_BODY  # a single JSON body without a newline
+            elif self._significant:  # a short text body that looked like an SSE field's start
+                self._feed_decoded(self._decided(Framing.TEXT))
+        if self.framing is Framing.TEXT and self._text is not None and self.assembler:
+            self.assembler.on_text(self._text.decode(b"", True))
+            return 0
         if self.framing is Framing.SSE and self._sse is not None:
             self._on_frames(self._sse.finish())
             partial = self._sse.partial_bytes
@@ -333,15 +427,15 @@ class StreamTap:
         assert self.assembler is not None
         self.assembler.on_body(body)
 
-    def _conclude(self, end: str) -> Verdict:
+    def _conclude(self, end: str, http_complete: bool) -> Verdict:
         partial = self._finish_framing() if self._blind is None else 0
         if self._blind is not None and self.framing is Framing.SSE and self._sse:
             self._sse.finish()
             partial = self._sse.partial_bytes
-        clean = end in CLEAN_ENDS
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
-        outcome = assembler.conclude(partial > 0, clean)
-        state = outcome.state
+        body_complete = http_complete and end in CLEAN_ENDS
+        outcome = assembler.conclude(partial > 0, body_complete)
+        state = self._transport_rule(outcome, assembler, end, body_complete)
         if self._blind is not None and not (
             state is State.FAILED or (assembler.terminal and state is State.INCOMPLETE)
         ):
@@ -349,6 +443,12 @@ class StreamTap:
             state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
+        self._request_checks(state, outcome, assembler)
+        interruption = None
+        if state is State.INTERRUPTED or (
+            end == EndReason.CLIENT_DISCONNECTED and not assembler.terminal
+        ):
+            interruption = Interruption(end, partial)
         tool_calls = assembler.tool_call_summaries()
         anomalies = self.anomalies + assembler.anomalies
         last_id = self._sse.last_event_id if self._sse else ""
@@ -357,9 +457,11 @@ class StreamTap:
             state=state,
             finish_reason=outcome.finish_reason,
             finish_category=outcome.finish_category,
+            finish_reasons=outcome.finish_reasons,
             last_event=assembler.last_event,
             last_event_id=last_id or None,
-            interruption=Interruption(end, partial) if state is State.INTERRUPTED else None,
+            interruption=interruption,
+            http_complete=http_complete,
             error=assembler.error,
             anomalies=dict(sorted(anomalies.items())),
             bytes=self.bytes,
@@ -374,6 +476,41 @@ class StreamTap:
             response_id=assembler.response_id,
             model=assembler.model,
         )
+
+    def _transport_rule(
+        self, outcome: Outcome, assembler: Assembler, end: str, body_complete: bool
+    ) -> State:
+        """How the bytes ended decides whether the events' outcome stands (PROTOCOLS §9.2 plus
+        the HTTP framing): a truncated body is `interrupted` unless the end marker (or an
+        in-band error) had arrived; a client that left after the outcome was known keeps it."""
+        state = outcome.state
+        if self.bytes == 0 and state is not State.FAILED:
+            self.anomalies["empty_body"] += 1
+            return State.UNCONFIRMED if body_complete else State.INTERRUPTED
+        if body_complete:
+            return state
+        if assembler.terminal or assembler.error is not None:
+            if end != EndReason.CLIENT_DISCONNECTED:
+                self.anomalies["truncated_after_terminal"] += 1
+            return state
+        if end == EndReason.CLIENT_DISCONNECTED and state in KNOWN_OUTCOMES:
+            self.anomalies["client_left_before_end"] += 1
+            return state
+        return State.INTERRUPTED
+
+    def _request_checks(self, state: State, outcome: Outcome, assembler: Assembler) -> None:
+        """Compare the response with what the request asked for."""
+        facts = self.request
+        if facts.stream_framing and self.framing is Framing.JSON_BODY and assembler.error is None:
+            self.anomalies["stream_not_honoured"] += 1
+        if state not in (State.COMPLETED, State.INCOMPLETE):
+            return
+        if facts.include_usage and assembler.usage is None:
+            self.anomalies["usage_missing"] += 1
+        if facts.choices is not None and facts.choices > 1:
+            finished = outcome.finish_reasons or (outcome.finish_reason,)
+            if sum(1 for r in finished if r is not None) < facts.choices:
+                self.anomalies["choices_missing"] += 1
 
     # -- for callers that want more than the verdict ----------------------------------------
 

@@ -112,7 +112,7 @@ class TestConverse:
         assert v.error is not None
         assert (v.error.type, v.error.code, v.error.message) == (
             "modelStreamErrorException",
-            500,
+            "500",
             "Model stream error",
         )
 

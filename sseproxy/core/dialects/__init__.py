@@ -16,7 +16,7 @@ from .gemini import GeminiAssembler
 from .ollama import OllamaAssembler
 from .openai_chat import OpenAIChatAssembler
 from .openai_responses import OpenAIResponsesAssembler
-from .sse import PlainSSEAssembler
+from .sse import PlainSSEAssembler, TextAssembler
 from .vercel_ui import VercelUIAssembler
 
 __all__ = [
@@ -42,6 +42,7 @@ ASSEMBLERS: dict[Dialect, type[Assembler]] = {
         OllamaAssembler,
         VercelUIAssembler,
         PlainSSEAssembler,
+        TextAssembler,
         BedrockConverseAssembler,
         BedrockInvokeAssembler,
         CohereChatAssembler,

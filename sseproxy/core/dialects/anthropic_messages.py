@@ -72,7 +72,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.message_stop = self.terminal = True
         elif etype == "error":
             self.set_error(obj)
-        else:
+        elif not (json_type is None and self.in_band_error(obj)):
             self.anomalies["unknown_event_type"] += 1
 
     def on_message(self, message: Any) -> None:
@@ -171,11 +171,11 @@ class AnthropicMessagesAssembler(Assembler):
             self.stop_reason = reason if isinstance(reason, str) else None
             self.message_stop = self.terminal = True
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.stop_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
-        if not self.message_stop:
+        if not self.message_stop and (body_complete or reason is None):
             if reason is not None:
                 self.anomalies["stop_reason_without_message_stop"] += 1
             return Outcome(State.INTERRUPTED, reason, None)

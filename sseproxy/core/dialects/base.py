@@ -27,9 +27,13 @@ DEFAULT_TOOL_ARGUMENT_CHARS = 8 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What the events decided. The tap then applies the transport: an outcome stands only if
+    the body ended cleanly, the dialect's end marker arrived, or the client left after it."""
+
     state: State
-    finish_reason: str | list[str | None] | None = None
+    finish_reason: str | None = None
     finish_category: FinishCategory | None = None
+    finish_reasons: tuple[str | None, ...] | None = None  # per choice, when more than one
 
 
 class ContentStore:
@@ -154,8 +158,7 @@ def error_info(obj: Any) -> ErrorInfo:
         status = inner.get("status")
         etype = status if isinstance(status, str) else None
     code = inner.get("code")
-    if not isinstance(code, str | int) or isinstance(code, bool):
-        code = None
+    code = str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
     message = inner.get("message")
     if not isinstance(message, str):
         message = None if message is None else str(message)
@@ -211,20 +214,39 @@ class Assembler:
         self.last_event = "chunk"
         self.anomalies["unexpected_framing"] += 1
 
+    def on_text(self, text: str) -> None:
+        """Decoded text of a body that is neither SSE nor JSON (`text/plain` streams)."""
+        self.last_event = None
+        self.anomalies["unexpected_framing"] += 1
+
     def on_body(self, body: Any) -> None:
         """A whole JSON body (a non-streamed response, or an error body)."""
         if isinstance(body, dict) and (body.get("error") or body.get("type") == "error"):
             self.error = error_info(body)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
-        """Decide the state once the bytes ended.
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        """The outcome the events decided, once the bytes ended.
 
-        `partial`: an unterminated block was discarded; `clean_end`: the bytes ended by an
-        orderly close (EOF), not a reset, timeout or shutdown.
+        `partial`: an unterminated block was discarded. `body_complete`: the HTTP body ended by
+        its own framing. When it did not, return the outcome the events had already decided
+        (the tap keeps it only for a client that left after it, or after the end marker) and
+        count no anomaly that assumes a whole body.
         """
         if self.error is not None:
             return Outcome(State.FAILED, None, FinishCategory.ERROR)
-        return Outcome(State.INTERRUPTED if partial else State.COMPLETED)
+        # No dialect semantics: nothing can confirm the stream was whole.
+        if body_complete:
+            self.anomalies["no_terminal_signal"] += 1
+        return Outcome(State.INTERRUPTED if partial else State.UNCONFIRMED)
+
+    def in_band_error(self, obj: dict[str, Any]) -> bool:
+        """An event that is only an error object (`{"error": {...}}`, as relays such as
+        LiteLLM send on a failed stream, often on a non-2xx status) fills `error`."""
+        error = obj.get("error")
+        if isinstance(error, dict | str) and error and not isinstance(obj.get("type"), str):
+            self.set_error(obj)
+            return True
+        return False
 
     # -- helpers for the dialects -----------------------------------------------------------
 

@@ -60,7 +60,8 @@ def exception_info(message: EventMessage) -> ErrorInfo:
     except ValueError:
         body = None
     text = body.get("message") or body.get("Message") if isinstance(body, dict) else None
-    code = as_int(body.get("originalStatusCode")) if isinstance(body, dict) else None
+    status = as_int(body.get("originalStatusCode")) if isinstance(body, dict) else None
+    code = None if status is None else str(status)
     return ErrorInfo(
         type=message.exception_type,
         code=code,
@@ -199,7 +200,7 @@ class BedrockConverseAssembler(Assembler):
         if isinstance(body.get("usage"), dict):
             self.usage = converse_usage(body["usage"])
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.stop_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
@@ -207,7 +208,7 @@ class BedrockConverseAssembler(Assembler):
             return Outcome(State.INTERRUPTED, None, None)
         if reason is None:
             return Outcome(State.UNCONFIRMED, None, None)
-        if not self.metadata and clean_end and not partial:
+        if not self.metadata and body_complete and not partial:
             self.anomalies["metadata_missing"] += 1
         if reason not in STOP_REASONS:
             self.anomalies["unknown_finish_reason"] += 1

@@ -164,15 +164,15 @@ class BedrockInvokeAssembler(AnthropicMessagesAssembler):
         if reason is not None:
             self.generic_reason = reason
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         if self.anthropic is not False:
-            return super().conclude(partial, clean_end)
+            return super().conclude(partial, body_complete)
         reason = self.generic_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
         if reason is None:
             return Outcome(State.UNCONFIRMED if self.metrics else State.INTERRUPTED)
-        if not self.metrics:
+        if not self.metrics and body_complete:
             self.anomalies["invocation_metrics_missing"] += 1
         known = GENERIC_REASONS.get(reason.lower())
         if known is None:

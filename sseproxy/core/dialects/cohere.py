@@ -162,7 +162,7 @@ class CohereChatAssembler(Assembler):
             self.tool_calls[index].completed = True
         self.on_message_end(body)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.finish_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)

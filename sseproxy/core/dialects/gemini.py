@@ -196,22 +196,23 @@ class GeminiAssembler(Assembler):
             if isinstance(chunk, dict):
                 self.on_chunk(chunk)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         for index in list(self.streamed):
             self.close_streamed(index)  # arguments so far, validated as they stand
-        reasons = [self.finish.get(i) for i in sorted(self.candidates)]
-        reported: str | list[str | None] | None
-        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
+        reasons = tuple(self.finish.get(i) for i in sorted(self.candidates))
+        per_choice = reasons if len(reasons) > 1 else None
+        first = reasons[0] if reasons else None
         if self.error is not None:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+            return Outcome(State.FAILED, first, FinishCategory.ERROR, per_choice)
         if not self.candidates and self.block_reason is not None:
             return Outcome(State.INCOMPLETE, self.block_reason, FinishCategory.CONTENT_FILTER)
+        # No end marker: a `finishReason` proves the candidate ended only if the body also
+        # ended by its framing on an event boundary (the tap cuts the rest to `interrupted`).
         if partial or not reasons or any(r is None for r in reasons):
-            return Outcome(State.INTERRUPTED, reported, None)
+            return Outcome(State.INTERRUPTED, first, None, per_choice)
         for reason in reasons:
             if reason != "STOP":
-                return Outcome(
-                    State.INCOMPLETE, reported, CATEGORY.get(str(reason), FinishCategory.OTHER)
-                )
+                category = CATEGORY.get(str(reason), FinishCategory.OTHER)
+                return Outcome(State.INCOMPLETE, reason, category, per_choice)
         category = FinishCategory.TOOL_USE if self.tool_calls else FinishCategory.STOP
-        return Outcome(State.COMPLETED, reported, category)
+        return Outcome(State.COMPLETED, first, category, per_choice)

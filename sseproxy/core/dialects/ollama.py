@@ -76,7 +76,7 @@ class OllamaAssembler(Assembler):
         if isinstance(body, dict):
             self.on_object(body)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.done_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)

@@ -164,36 +164,35 @@ class OpenAIChatAssembler(Assembler):
             if body.get("choices") and all(r is not None for r in self.finish.values()):
                 self.done = self.terminal = True  # a whole completion is its own terminal
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
-        reasons = [self.finish[i] for i in sorted(self.finish)]
-        reported: str | list[str | None] | None
-        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
-        if self.error is not None:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
-        if "error" in reasons:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        reasons = tuple(self.finish[i] for i in sorted(self.finish))
+        per_choice = reasons if len(reasons) > 1 else None
+        first = reasons[0] if reasons else None
+        if self.error is not None or "error" in reasons:
+            return Outcome(State.FAILED, first, FinishCategory.ERROR, per_choice)
         all_finished = bool(reasons) and all(r is not None for r in reasons)
         if not all_finished:
             if self.done:
                 self.anomalies["done_without_finish_reason"] += 1
-                return Outcome(State.UNCONFIRMED, reported, None)
-            return Outcome(State.INTERRUPTED, reported, None)
-        if not self.done:
+                return Outcome(State.UNCONFIRMED, first, None, per_choice)
+            return Outcome(State.INTERRUPTED, first, None, per_choice)
+        if not self.done and body_complete:
+            # Every choice finished and the body ended by its framing: only `[DONE]` is missing.
             self.anomalies["missing_done"] += 1
-        return self.classify(reported, [r for r in reasons if r is not None])
+        return self.classify([r for r in reasons if r is not None], per_choice)
 
-    def classify(self, reported: str | list[str | None] | None, reasons: list[str]) -> Outcome:
+    def classify(self, reasons: list[str], per_choice: tuple[str | None, ...] | None) -> Outcome:
         for reason in reasons:
             if reason in CUT_SHORT:
-                return Outcome(State.INCOMPLETE, reported, CUT_SHORT[reason])
+                return Outcome(State.INCOMPLETE, reason, CUT_SHORT[reason], per_choice)
         unknown = [r for r in reasons if r not in NATURAL]
         if unknown:
             # An unknown reason is never taken as success: report it, do not guess.
             self.anomalies["unknown_finish_reason"] += 1
-            return Outcome(State.INCOMPLETE, reported, FinishCategory.OTHER)
+            return Outcome(State.INCOMPLETE, unknown[0], FinishCategory.OTHER, per_choice)
         category = NATURAL[reasons[0]]
         if any(NATURAL[r] is FinishCategory.TOOL_USE for r in reasons):
             category = FinishCategory.TOOL_USE
         elif self.refusal.chars and not self.text.chars:
             category = FinishCategory.REFUSAL
-        return Outcome(State.COMPLETED, reported, category)
+        return Outcome(State.COMPLETED, reasons[0], category, per_choice)

@@ -27,6 +27,7 @@ TERMINALS = {
     "response.failed": State.FAILED,
     "error": State.FAILED,
 }
+FINAL_STATUSES = {"completed", "incomplete", "failed", "cancelled"}
 INCOMPLETE_CATEGORY = {
     "max_output_tokens": FinishCategory.LENGTH,
     "content_filter": FinishCategory.CONTENT_FILTER,
@@ -90,6 +91,8 @@ class OpenAIResponsesAssembler(Assembler):
         if isinstance(json_type, str) and event.type != "message" and json_type != event.type:
             self.anomalies["event_type_mismatch"] += 1
         self.last_event = etype
+        if json_type is None and event.type == "message" and self.in_band_error(obj):
+            return
         self.check_sequence(obj.get("sequence_number"))
         if self.terminal and not (
             etype == "response.failed" and self.outcome_state is State.FAILED
@@ -220,6 +223,7 @@ class OpenAIResponsesAssembler(Assembler):
         if etype == "error":
             self.set_error(obj)
         elif etype == "response.failed":
+            self.status = "failed"  # the event says so even if its snapshot does not
             if self.error is None:
                 self.error = error_info({"error": dig(response, "error") or {}})
         elif etype == "response.incomplete":
@@ -261,11 +265,14 @@ class OpenAIResponsesAssembler(Assembler):
                     call.completed = True
                     self.has_function_calls = True
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        # The reason is a final status or `incomplete_details`; never a snapshot's
+        # `in_progress` / `queued` (a stream that ended on an `error` event has no status).
+        final = self.status if self.status in FINAL_STATUSES else None
         if self.error is not None or self.outcome_state is State.FAILED:
-            return Outcome(State.FAILED, self.status or "failed", FinishCategory.ERROR)
+            return Outcome(State.FAILED, final, FinishCategory.ERROR)
         if self.outcome_state is State.INCOMPLETE:
-            reason = self.incomplete_reason or self.status or "incomplete"
+            reason = self.incomplete_reason or final or "incomplete"
             category = INCOMPLETE_CATEGORY.get(reason, FinishCategory.OTHER)
             return Outcome(State.INCOMPLETE, reason, category)
         if self.outcome_state is State.COMPLETED:
@@ -275,5 +282,5 @@ class OpenAIResponsesAssembler(Assembler):
                 category = FinishCategory.REFUSAL
             else:
                 category = FinishCategory.STOP
-            return Outcome(State.COMPLETED, self.status or "completed", category)
+            return Outcome(State.COMPLETED, final or "completed", category)
         return Outcome(State.INTERRUPTED, None, None)
