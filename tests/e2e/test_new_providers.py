@@ -23,6 +23,7 @@ botocore = pytest.importorskip("botocore")
 botocore_config = pytest.importorskip("botocore.config")
 cohere = pytest.importorskip("cohere")
 openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
 
 EVENTSTREAM = "application/vnd.amazon.eventstream"
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -127,11 +128,13 @@ def converse(endpoint: str) -> dict[str, Any]:
     the exception the SDK raised."""
     client = bedrock_client(endpoint)
     out: dict[str, Any] = {"text": "", "tool": "", "stop": None, "usage": None, "error": None}
+    stream = None
     try:
         response = client.converse_stream(
             modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}]
         )
-        for item in response["stream"]:
+        stream = response["stream"]
+        for item in stream:
             delta = item.get("contentBlockDelta", {}).get("delta", {})
             out["text"] += delta.get("text", "")
             out["tool"] += delta.get("toolUse", {}).get("input", "")
@@ -141,6 +144,10 @@ def converse(endpoint: str) -> dict[str, Any]:
                 out["usage"] = item["metadata"]["usage"]
     except Exception as exc:  # the SDK's own failure is part of what is compared
         out["error"] = type(exc).__name__
+    finally:
+        if stream is not None:
+            stream.close()  # returns the connection even after the SDK raised mid-stream
+        client.close()
     return out
 
 
@@ -159,6 +166,7 @@ def test_botocore_bearer_auth_needs_https(monkeypatch, bearer) -> None:
     )
     with pytest.raises(Exception, match="Bearer authorization requires an HTTPS endpoint"):
         client.converse_stream(modelId=MODEL, messages=[])
+    client.close()
 
 
 async def test_bedrock_converse_stream(upstream, proxy_url, logs, bearer) -> None:
@@ -243,15 +251,22 @@ def invoke_chunk(obj: dict[str, Any]) -> bytes:
 def invoke(endpoint: str) -> dict[str, Any]:
     client = bedrock_client(endpoint)
     body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100})
-    response = client.invoke_model_with_response_stream(modelId=MODEL, body=body)
     text, stop, types = "", None, []
-    for item in response["body"]:
-        payload = json.loads(item["chunk"]["bytes"])
-        types.append(payload["type"])
-        if payload["type"] == "content_block_delta":
-            text += payload["delta"].get("text", "")
-        if payload["type"] == "message_delta":
-            stop = payload["delta"]["stop_reason"]
+    stream = None
+    try:
+        response = client.invoke_model_with_response_stream(modelId=MODEL, body=body)
+        stream = response["body"]
+        for item in stream:
+            payload = json.loads(item["chunk"]["bytes"])
+            types.append(payload["type"])
+            if payload["type"] == "content_block_delta":
+                text += payload["delta"].get("text", "")
+            if payload["type"] == "message_delta":
+                stop = payload["delta"]["stop_reason"]
+    finally:
+        if stream is not None:
+            stream.close()
+        client.close()
     return {"text": text, "stop": stop, "types": types}
 
 
@@ -304,3 +319,98 @@ async def test_bedrock_invoke_anthropic(upstream, proxy_url, logs, bearer) -> No
         result["stop"],
     )
     assert (record["text_chars"], record["response_id"]) == (len(result["text"]), "msg_bdrk_1")
+
+
+# -- Cohere ------------------------------------------------------------------------------
+
+
+def cohere_ev(obj: dict[str, Any]) -> bytes:
+    return f"event: {obj['type']}\ndata: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+def cohere_stream(finish: str | None = "COMPLETE") -> bytes:
+    parts = [
+        {
+            "id": "5a1b",
+            "type": "message-start",
+            "delta": {
+                "message": {
+                    "role": "assistant",
+                    "content": [],
+                    "tool_plan": "",
+                    "tool_calls": [],
+                    "citations": [],
+                }
+            },
+        },
+        {
+            "type": "content-start",
+            "index": 0,
+            "delta": {"message": {"content": {"type": "text", "text": ""}}},
+        },
+        {
+            "type": "content-delta",
+            "index": 0,
+            "delta": {"message": {"content": {"text": "Hola, "}}},
+        },
+        {
+            "type": "content-delta",
+            "index": 0,
+            "delta": {"message": {"content": {"text": "qué tal 🙂"}}},
+        },
+        {"type": "content-end", "index": 0},
+    ]
+    if finish is not None:
+        usage = {
+            "billed_units": {"input_tokens": 3, "output_tokens": 4},
+            "tokens": {"input_tokens": 70, "output_tokens": 4},
+        }
+        parts.append({"type": "message-end", "delta": {"finish_reason": finish, "usage": usage}})
+    return b"".join(cohere_ev(p) for p in parts)
+
+
+async def cohere_chat(base_url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": "", "finish": None, "usage": None, "id": None}
+    async with httpx.AsyncClient() as http:
+        client = cohere.AsyncClientV2(api_key="co-test", base_url=base_url, httpx_client=http)
+        async for item in client.chat_stream(
+            model="command-a-03-2025", messages=[{"role": "user", "content": "hi"}]
+        ):
+            if item.type == "message-start":
+                out["id"] = item.id
+            if item.type == "content-delta":
+                out["text"] += item.delta.message.content.text
+            if item.type == "message-end":
+                out["finish"] = item.delta.finish_reason
+                out["usage"] = item.delta.usage.tokens.output_tokens
+    return out
+
+
+async def test_cohere_chat_stream(upstream, proxy_url, logs) -> None:
+    fake, fake_url = upstream
+    serve(upstream, cohere_stream(), "text/event-stream")
+    direct = await cohere_chat(fake_url)
+    via_proxy = await cohere_chat(proxy_url + "/cohere")
+    assert via_proxy == direct and via_proxy["text"] == "Hola, qué tal 🙂"
+    assert fake.seen[-1].path_qs == "/v2/chat"
+    [record] = await records(logs)
+    assert (record["route"], record["dialect"], record["state"]) == (
+        "cohere",
+        "cohere-chat",
+        "completed",
+    )
+    assert (record["finish_reason"], record["response_id"]) == (
+        via_proxy["finish"],
+        via_proxy["id"],
+    )
+    assert record["text_chars"] == len(via_proxy["text"])
+    assert record["usage"]["output_tokens"] == via_proxy["usage"]
+    assert record["model"] == "command-a-03-2025"
+
+
+async def test_cohere_stream_without_message_end(upstream, proxy_url, logs) -> None:
+    serve(upstream, cohere_stream(finish=None), "text/event-stream")
+    result = await cohere_chat(proxy_url + "/cohere")
+    assert result["finish"] is None  # the SDK just ends: only the record tells
+    [record] = await records(logs)
+    assert (record["state"], record["last_event"]) == ("interrupted", "content-end")

@@ -444,3 +444,37 @@ def test_rechunk_and_crlf_leave_binary_messages_intact(dialect: Dialect, data: b
 def test_done_after_cut_on_converse_is_unconfirmed() -> None:
     out, _ = drill("done-after-cut=2", text_stream("Hello"), CONV)
     assert verdict_of(out, CONV).state == "unconfirmed"
+
+
+class TestTransport:
+    """The HTTP framing is evidence: the end markers are messageStop, the invocation metrics
+    chunk, and (for Claude payloads) message_stop."""
+
+    def test_truncated_before_message_stop_is_interrupted(self) -> None:
+        v = verdict_of(text_stream("a", stop=None, metadata=False), CONV, http_complete=False)
+        assert (v.state, v.http_complete) == ("interrupted", False)
+
+    def test_truncated_after_message_stop_stands(self) -> None:
+        v = verdict_of(text_stream("a", metadata=False), CONV, http_complete=False)
+        assert (v.state, v.anomalies) == ("completed", {"truncated_after_terminal": 1})
+
+    def test_declared_content_type_decides_the_framing(self) -> None:
+        v = verdict_of(text_stream("abc"), None, content_type="application/vnd.amazon.eventstream")
+        assert (v.dialect, v.state, v.text_chars) == ("bedrock-converse", "completed", 3)
+
+    def test_invoke_generic_stop_reason_in_a_truncated_body_is_interrupted(self) -> None:
+        v = verdict_of(llama("a") + llama("", "stop"), INV, http_complete=False)
+        assert (v.state, v.anomalies) == ("interrupted", {})
+
+    def test_invoke_anthropic_truncated_after_message_stop_stands(self) -> None:
+        v = verdict_of(anthropic_chunks("a"), INV, http_complete=False)
+        assert (v.state, v.anomalies) == ("completed", {"truncated_after_terminal": 1})
+
+    def test_client_leaving_after_message_stop_keeps_the_outcome(self) -> None:
+        v = verdict_of(
+            text_stream("a", metadata=False),
+            CONV,
+            EndReason.CLIENT_DISCONNECTED,
+            http_complete=False,
+        )
+        assert v.state == "completed"
