@@ -15,6 +15,7 @@ import pytest
 from sseproxy.config import load, make_route
 from sseproxy.core.eventstream import event, exception
 from sseproxy.proxy import create_app
+from tests.corpus import file as corpus
 from tests.integration.fake_upstream import Close, Script, Send
 
 pytestmark = pytest.mark.e2e
@@ -414,3 +415,105 @@ async def test_cohere_stream_without_message_end(upstream, proxy_url, logs) -> N
     assert result["finish"] is None  # the SDK just ends: only the record tells
     [record] = await records(logs)
     assert (record["state"], record["last_event"]) == ("interrupted", "content-end")
+
+
+# -- Azure OpenAI and Vertex AI (documented, commented-out route templates) --------------
+
+AZURE = make_route("azure", ("/azure/*",), "https://example.openai.azure.com", "/azure", None)
+VERTEX = make_route(
+    "vertex", ("/vertex/*",), "https://us-central1-aiplatform.googleapis.com", "/vertex", None
+)
+
+
+@pytest.fixture
+async def documented_proxy_url(aiohttp_server, upstream, logs) -> str:
+    """The default config plus the README's Azure and Vertex routes, re-pointed at the fake."""
+    _, fake_url = upstream
+    server = await aiohttp_server(create_app(routes_to(fake_url, (AZURE, VERTEX))))
+    return str(server.make_url("")).rstrip("/")
+
+
+async def test_azure_openai_deployment_chat(upstream, documented_proxy_url, logs) -> None:
+    fake, _ = upstream
+    serve(upstream, corpus("openai-chat/azure-prompt-filter-results.sse"), "text/event-stream")
+    client = openai.AsyncAzureOpenAI(
+        azure_endpoint=documented_proxy_url + "/azure",
+        api_version="2024-10-21",
+        api_key="azure-key",
+        max_retries=0,
+    )
+    stream = await client.chat.completions.create(
+        model="my-gpt", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    text, finish = "", None
+    async for item in stream:
+        for choice in item.choices:
+            text += choice.delta.content or "" if choice.delta else ""
+            finish = choice.finish_reason or finish
+    await client.close()
+    seen = fake.seen[-1]
+    assert seen.path_qs == "/openai/deployments/my-gpt/chat/completions?api-version=2024-10-21"
+    assert seen.headers["api-key"] == "azure-key"
+    [record] = await records(logs)
+    assert (record["route"], record["dialect"], record["state"]) == (
+        "azure",
+        "openai-chat",
+        "completed",
+    )
+    assert (record["finish_reason"], record["text_chars"], record["anomalies"]) == (
+        finish,
+        len(text),
+        {},
+    )
+    assert record["model"] == "my-gpt"
+
+
+async def test_azure_v1_responses(upstream, documented_proxy_url, logs) -> None:
+    fake, _ = upstream
+    serve(upstream, corpus("openai-responses/text-basic.sse"), "text/event-stream")
+    client = openai.AsyncOpenAI(
+        base_url=documented_proxy_url + "/azure/openai/v1", api_key="azure-key", max_retries=0
+    )
+    stream = await client.responses.create(model="my-gpt", input="hi", stream=True)
+    final = None
+    async for item in stream:
+        if item.type == "response.completed":
+            final = item.response.output_text
+    await client.close()
+    assert fake.seen[-1].path_qs == "/openai/v1/responses"
+    [record] = await records(logs)
+    assert (record["dialect"], record["state"], record["text_chars"]) == (
+        "openai-responses",
+        "completed",
+        len(final or ""),
+    )
+
+
+@pytest.mark.parametrize(
+    ("publisher_path", "stream", "dialect"),
+    [
+        (
+            "publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            "gemini/text-basic-crlf.sse",
+            "gemini",
+        ),
+        (
+            "publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict",
+            "anthropic-messages/text-basic-pings.sse",
+            "anthropic-messages",
+        ),
+    ],
+)
+async def test_vertex_paths(
+    upstream, documented_proxy_url, logs, publisher_path, stream, dialect
+) -> None:
+    fake, _ = upstream
+    serve(upstream, corpus(stream), "text/event-stream")
+    path = f"/v1/projects/p1/locations/us-central1/{publisher_path}"
+    async with httpx.AsyncClient() as http:
+        response = await http.post(documented_proxy_url + "/vertex" + path, json={"contents": []})
+        body = response.content
+    assert body == corpus(stream)
+    assert fake.seen[-1].path_qs == path
+    [record] = await records(logs)
+    assert (record["route"], record["dialect"], record["state"]) == ("vertex", dialect, "completed")

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
+from .azure import filter_anomalies, is_annotation
 from .base import Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
 
@@ -84,6 +85,8 @@ class OpenAIChatAssembler(Assembler):
         usage = obj.get("usage") or dig(obj, "x_groq", "usage")
         if isinstance(usage, dict):
             self.usage = chat_usage(usage)
+        for name in filter_anomalies(obj):
+            self.anomalies[name] += 1
         choices = obj.get("choices")
         if not isinstance(choices, list):
             return
@@ -102,7 +105,7 @@ class OpenAIChatAssembler(Assembler):
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             previous = self.finish[index]
-            if previous is not None:
+            if previous is not None and not (previous == reason and is_annotation(choice)):
                 self.anomalies["repeated_finish_reason"] += 1
             self.finish[index] = reason
             for key, call in self.tool_calls.items():
