@@ -424,7 +424,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         exchange.status = 403 if "disabled" in str(exc) else 400
         exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("injection", str(exc)))
         return json_error(exchange.status, "sseproxy_injection", str(exc))
-    url = route.target(request.path, request.query_string)
+    url = route.target(request.raw_path)
     headers = forwardable(
         request.headers, drop=frozenset({"host", "content-length", INJECT_HEADER})
     )

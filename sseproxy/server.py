@@ -53,7 +53,7 @@ def run(settings: Settings) -> int:
             version=__version__,
             listen=settings.listen,
             event_loop=loop_name,
-            upstream=settings.upstream,
+            upstream=settings.public_upstream,
             routes=[r.name for r in settings.routes] if not settings.upstream else None,
         )
         if not is_loopback(settings.host) and not settings.allow_remote:

@@ -21,18 +21,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import __version__
 from .core import Verdict
+from .core.dialects import spec_for
 
-OPERATIONS = {
-    "openai-chat": "chat",
-    "anthropic-messages": "chat",
-    "ollama": "chat",
-    "vercel-ui": "chat",
-    "openai-responses": "chat",
-    "gemini": "generate_content",
-    "bedrock-converse": "chat",
-    "bedrock-invoke": "chat",
-    "cohere-chat": "chat",
-}
 # gen_ai.provider.name values of the semantic conventions, by our route names.
 PROVIDERS = {
     "openai": "openai",
@@ -49,16 +39,6 @@ PROVIDERS = {
     "azure": "azure.ai.openai",
     "vertex": "gcp.vertex_ai",
     "perplexity": "perplexity",
-}
-BY_DIALECT = {
-    "openai-chat": "openai",
-    "openai-responses": "openai",
-    "anthropic-messages": "anthropic",
-    "gemini": "gcp.gemini",
-    "ollama": "ollama",
-    "bedrock-converse": "aws.bedrock",
-    "bedrock-invoke": "aws.bedrock",
-    "cohere-chat": "cohere",
 }
 
 
@@ -92,10 +72,11 @@ class Tracing:
 
     def end(self, span: trace.Span, verdict: Verdict, fields: dict[str, Any]) -> None:
         dialect = str(verdict.dialect)
-        operation = OPERATIONS.get(dialect, "http")
+        spec = spec_for(verdict.dialect)  # the dialect declares its GenAI names
+        operation = spec.otel_operation or "http"
         model = fields.get("model")
         span.update_name(f"{operation} {model}" if model else operation)
-        provider = PROVIDERS.get(fields.get("route") or "") or BY_DIALECT.get(dialect)
+        provider = PROVIDERS.get(fields.get("route") or "") or spec.otel_provider
         reasons = verdict.finish_reason
         finish = [r for r in (reasons if isinstance(reasons, list) else [reasons]) if r]
         attributes: dict[str, Any] = {

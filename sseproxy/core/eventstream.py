@@ -22,6 +22,7 @@ from enum import StrEnum
 
 from .framing import DEFAULT_MAX_EVENT_BYTES
 
+EVENTSTREAM_MEDIA_TYPE = "application/vnd.amazon.eventstream"
 PRELUDE_BYTES = 12
 # prelude + message CRC: the smallest possible message has no headers and no payload.
 MIN_MESSAGE_BYTES = 16

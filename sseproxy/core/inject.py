@@ -8,35 +8,34 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `split-utf8`: a write boundary inside every multi-byte UTF-8 character.
 - `delay=MS`: a pause of MS milliseconds before every write after the first.
 - `stall-after=N`: after N events nothing more is sent; the connection stays open.
+- `keepalive-stall=N`: after N events only keep-alives follow, one a second, forever: SSE
+  `: keep-alive` comments, Anthropic `event: ping`, a blank line for NDJSON (which has no
+  comment). Content never resumes: what a pinging server with a hung generator sends.
 - `cut-after=N`: after N events the connection is closed without ending the HTTP body.
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
 - `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
   `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
-  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`,
-  Bedrock Converse `messageStop`, Bedrock Invoke chunks holding `message_stop` or the
-  invocation metrics, Cohere `message-end`.
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`.
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
   ends: Anthropic `overloaded_error`, Chat `{"error": ...}`, Responses `error`, Gemini 503
-  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`, Bedrock a
-  `modelStreamErrorException` message, Cohere `message-end` with `finish_reason: ERROR`.
+  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
-- `crlf`: every line end becomes CRLF.
+- `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
 
-Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
-streams); byte rules then cut the resulting bytes into writes (`crlf` leaves binary alone).
+Event rules work on whole events (blank-line framing, or lines for NDJSON); byte rules then cut
+the resulting bytes into writes.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, field
 
-from . import eventstream
-from .dialects import EVENTSTREAM_DIALECTS, sniff
-from .events import SSEEvent
+from .dialects import sniff, spec_for
+from .events import Framing, SSEEvent
+from .eventstream import MIN_MESSAGE_BYTES
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from .verdict import Dialect
 
@@ -45,6 +44,7 @@ RULES = {
     "split-utf8",
     "delay",
     "stall-after",
+    "keepalive-stall",
     "cut-after",
     "cut-mid-event",
     "drop-terminal",
@@ -54,7 +54,9 @@ RULES = {
     "crlf",
 }
 DEFAULTS = {"cut-mid-event": 3, "done-after-cut": 2, "inject-error": 2}
-NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "cut-after"}
+NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "keepalive-stall", "cut-after"}
+# keepalive-stall: the interval between keep-alives (DeepSeek, sse-starlette send 1-15 s).
+KEEPALIVE_INTERVAL_MS = 1000
 
 
 class InjectionError(ValueError):
@@ -116,60 +118,100 @@ class Close:
     """End the connection without ending the HTTP body."""
 
 
-Step = Write | Pause | Stall | Close
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """From now on write `data` every `interval_ms`, and nothing else, until the client leaves
+    (or the shell's own bound ends the drill)."""
+
+    data: bytes
+    interval_ms: int
+
+
+Step = Write | Pause | Stall | Close | KeepAlive
 
 
 class RawEvents:
-    """Splits bytes into raw events (up to and including the blank line), keeping every byte."""
+    """Splits bytes into raw events (up to and including the blank line), keeping every byte.
+
+    Linear in the input however it is chunked: an unterminated line is kept as fragments and
+    joined once when it ends, and only the new bytes are searched for line ends.
+    """
 
     def __init__(self, ndjson: bool) -> None:
         self.ndjson = ndjson
-        self._line: list[bytes] = []
+        self._line: list[bytes] = []  # fragments of the line not yet ended
+        self._cr = False  # that line ended in CR: an LF first in the next read completes CRLF
         self._event: list[bytes] = []
+        self.work = 0  # bytes searched or copied, for the tests' linearity check
 
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
-        if self._line:
-            data = b"".join(self._line) + data
-            self._line = []
+        if not data:
+            return out
+        if self._cr:
+            self._cr = False
+            if data[0] == 10:  # LF
+                self._line.append(data[:1])
+                data = data[1:]
+            self._end_line(out)
+        self.work += len(data)
         lines = data.splitlines(True)
-        if lines and (lines[-1].endswith(b"\r") or not lines[-1].endswith((b"\n", b"\r"))):
-            self._line = [lines.pop()]  # a CR may be the first half of a CRLF
-        for line in lines:
-            self._event.append(line)
-            if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
-                out.append(b"".join(self._event))
-                self._event = []
+        for line in lines[:-1]:
+            self._line.append(line)
+            self._end_line(out)
+        if lines:
+            last = lines[-1]
+            self._line.append(last)
+            if last[-1] == 10:
+                self._end_line(out)
+            elif last[-1] == 13:
+                self._cr = True  # a CR may be the first half of a CRLF
         return out
+
+    def _end_line(self, out: list[bytes]) -> None:
+        line = self._line[0] if len(self._line) == 1 else b"".join(self._line)
+        self.work += len(line) if len(self._line) > 1 else 0
+        self._line = []
+        self._event.append(line)
+        if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
+            event = self._event[0] if len(self._event) == 1 else b"".join(self._event)
+            self.work += len(event) if len(self._event) > 1 else 0
+            out.append(event)
+            self._event = []
 
     def rest(self) -> bytes:
         rest = b"".join(self._event) + b"".join(self._line)
-        self._event, self._line = [], []
+        self._event, self._line, self._cr = [], [], False
         return rest
 
 
 class RawMessages:
     """Splits an AWS event stream into raw messages by their length prefix, keeping every
-    byte. Bytes that cannot be a message (an impossible or oversized length) pass through
-    unsplit from there on."""
+    byte. From bytes that cannot start a message (an impossible or oversized length) on,
+    everything passes through unsplit."""
 
     ndjson = False
 
     def __init__(self, max_message_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self.max_message_bytes = max_message_bytes
-        self._held = b""
+        self._held: list[bytes] = []
+        self._held_len = 0
+        self._need = 4  # bytes needed before the next decision
         self._passthrough = False
 
     def feed(self, data: bytes) -> list[bytes]:
-        held = self._held + data
         if self._passthrough:
-            self._held = b""
-            return [held] if held else []
+            return [data] if data else []
+        self._held.append(data)
+        self._held_len += len(data)
+        if self._held_len < self._need:
+            return []  # joined once per message, not once per read: linear
+        held = b"".join(self._held)
         out: list[bytes] = []
         start = 0
         while len(held) - start >= 4:
             total = int.from_bytes(held[start : start + 4], "big")
-            if total < eventstream.MIN_MESSAGE_BYTES or total > self.max_message_bytes:
+            if total < MIN_MESSAGE_BYTES or total > self.max_message_bytes:
                 self._passthrough = True
                 out.append(held[start:])
                 start = len(held)
@@ -178,37 +220,17 @@ class RawMessages:
                 break
             out.append(held[start : start + total])
             start += total
-        self._held = held[start:]
+        rest = held[start:]
+        self._held, self._held_len = ([rest], len(rest)) if rest else ([], 0)
+        self._need = (
+            int.from_bytes(rest[:4], "big") if len(rest) >= 4 and not self._passthrough else 4
+        )
         return out
 
     def rest(self) -> bytes:
-        rest, self._held = self._held, b""
+        rest = b"".join(self._held)
+        self._held, self._held_len = [], 0
         return rest
-
-
-def raw_splitter(dialect: Dialect | None, ndjson: bool) -> RawEvents | RawMessages:
-    """The raw event splitter for a dialect's framing."""
-    if dialect in EVENTSTREAM_DIALECTS:
-        return RawMessages()
-    return RawEvents(ndjson or dialect is Dialect.OLLAMA)
-
-
-def _message(raw: bytes) -> eventstream.EventMessage | None:
-    messages = eventstream.EventStreamDecoder().feed(raw)
-    return messages[0] if messages else None
-
-
-def _is_terminal_message(dialect: Dialect, raw: bytes) -> bool:
-    message = _message(raw)
-    if message is None or message.message_type != "event":
-        return False
-    if dialect is Dialect.BEDROCK_CONVERSE:
-        return message.event_type == "messageStop"
-    try:
-        payload = base64.b64decode(json.loads(message.payload)["bytes"])
-    except (ValueError, KeyError, TypeError):
-        return False
-    return b'"message_stop"' in payload or b"amazon-bedrock-invocationMetrics" in payload
 
 
 def _parse(raw: bytes) -> SSEEvent | None:
@@ -218,97 +240,25 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
-    if dialect in EVENTSTREAM_DIALECTS:
-        assert dialect is not None
-        return _is_terminal_message(dialect, raw)
-    if ndjson:
-        return b'"done":true' in raw.replace(b" ", b"")
-    event = _parse(raw)
-    if event is None:
-        return False
-    etype, data = event.type, event.data
-    if data == "[DONE]":
-        return dialect in (None, Dialect.OPENAI_CHAT, Dialect.VERCEL_UI, Dialect.SSE)
-    if dialect is Dialect.OPENAI_CHAT:
-        # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
-        return '"finish_reason":"' in data.replace(" ", "")
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return etype == "message_stop" or '"message_stop"' in data
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return etype in ("response.completed", "response.incomplete", "response.failed")
-    if dialect is Dialect.GEMINI:
-        return '"finishReason"' in data
-    if dialect is Dialect.VERCEL_UI:
-        return '"type":"finish"' in data.replace(" ", "")
-    if dialect is Dialect.COHERE_CHAT:
-        return etype == "message-end" or '"message-end"' in data
-    return False
+    spec = spec_for(dialect)
+    binary = spec.framing is Framing.EVENTSTREAM
+    return spec.drills.is_terminal(None if ndjson or binary else _parse(raw), raw)
 
 
 def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
     """The dialect's own in-band error; `sequence_number` continues a Responses stream's."""
-    if dialect in EVENTSTREAM_DIALECTS:
-        body = {"message": "Model stream error (injected)", "originalStatusCode": 500}
-        return eventstream.exception("modelStreamErrorException", json.dumps(body).encode())
-    if dialect is Dialect.COHERE_CHAT:
-        body = {
-            "type": "message-end",
-            "delta": {"finish_reason": "ERROR", "error": "internal server error (injected)"},
-        }
-        return b"event: message-end\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OPENAI_RESPONSES:
-        # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
-        # `sequence_number` as a schema mismatch and never shows the message).
-        event = {
-            "type": "error",
-            "code": "server_error",
-            "message": "The server had an error (injected)",
-            "param": None,
-            "sequence_number": sequence_number,
-        }
-        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
-    if dialect is Dialect.GEMINI:
-        body = {
-            "error": {
-                "code": 503,
-                "message": "The model is overloaded (injected)",
-                "status": "UNAVAILABLE",
-            }
-        }
-        return b"data: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OLLAMA:
-        return (
-            json.dumps({"error": "model runner has unexpectedly stopped (injected)"}).encode()
-            + b"\n"
-        )
-    if dialect is Dialect.VERCEL_UI:
-        return b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
-    body = {
-        "error": {
-            "message": "The server had an error (injected)",
-            "type": "server_error",
-            "code": "injected",
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return spec_for(dialect).drills.error(sequence_number)
 
 
 def end_marker(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.BEDROCK_CONVERSE:
-        return eventstream.event("messageStop", b"{}")
-    if dialect is Dialect.BEDROCK_INVOKE:
-        inner = base64.b64encode(b'{"type":"message_stop"}').decode()
-        return eventstream.event("chunk", json.dumps({"bytes": inner}).encode())
-    if dialect is Dialect.COHERE_CHAT:
-        return b'event: message-end\ndata: {"type":"message-end","delta":{}}\n\n'
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    if dialect is Dialect.OLLAMA:
-        return b'{"done":true}\n'
-    return b"data: [DONE]\n\n"
+    return spec_for(dialect).drills.end_marker
+
+
+def keepalive(dialect: Dialect | None, ndjson: bool) -> bytes:
+    """The dialect's own liveness signal: what its servers send while no content flows."""
+    if ndjson:
+        return spec_for(Dialect.OLLAMA).drills.keepalive
+    return spec_for(dialect).drills.keepalive
 
 
 def to_crlf(raw: bytes) -> bytes:
@@ -340,7 +290,11 @@ class Injector:
     _first_write: bool = True
 
     def __post_init__(self) -> None:
-        self._raw = raw_splitter(self.dialect, self.ndjson)
+        framing = spec_for(self.dialect).framing
+        if framing is Framing.EVENTSTREAM:
+            self._raw = RawMessages()
+        else:
+            self._raw = RawEvents(self.ndjson or framing is Framing.NDJSON)
         self._by_name = {rule.name: rule.value for rule in self.rules}
 
     @property
@@ -369,6 +323,8 @@ class Injector:
                 parsed = _parse(raw)
                 if parsed is not None:
                     self.dialect = sniff(parsed)
+            if self.events_sent == 0 and rules.get("keepalive-stall") == 0:
+                return self._keepalive_stall()
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
             if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
@@ -401,6 +357,8 @@ class Injector:
                 steps.append(Stall())
                 self.done = True
                 return steps
+            if rules.get("keepalive-stall") == n:
+                return steps + self._keepalive_stall()
         return steps
 
     def _track_sequence(self, raw: bytes) -> None:
@@ -413,6 +371,13 @@ class Injector:
             return
         if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:
             self.next_sequence = seq + 1
+
+    def _keepalive_stall(self) -> list[Step]:
+        data = keepalive(self.dialect, self._raw.ndjson)
+        if "crlf" in self._by_name and not isinstance(self._raw, RawMessages):
+            data = to_crlf(data)
+        self.done = True
+        return [KeepAlive(data, KEEPALIVE_INTERVAL_MS)]
 
     @staticmethod
     def _is_snapshot(raw: bytes) -> bool:

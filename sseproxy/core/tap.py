@@ -8,60 +8,36 @@ never an exception into the forwarding loop (unless `strict`, which tests use).
 
 from __future__ import annotations
 
-import codecs
 from collections import Counter
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from .dialects import Assembler, new_assembler, sniff, sniff_body
-from .dialects.base import DEFAULT_CONTENT_CHARS, Outcome, loads
+from .dialects import Assembler, new_assembler, sniff, sniff_body, spec_for
+from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly, loads
+from .dialects.bedrock_converse import sniff_message
 from .encoding import BodyDecoder, ContentDecodingError
-from .events import Comment, Frame, SSEEvent
-from .eventstream import PRELUDE_BYTES, prelude_holds
-from .eventstream_reader import EVENTSTREAM_CONTENT_TYPE, EventStreamFraming
-from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
+from .events import Comment, Frame, Framing, Line, SSEEvent
+from .eventstream import EventMessage
+from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
 from .request import RequestFacts
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
-# A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+__all__ = ["Framing", "StreamTap", "TapOptions"]
+
 # Events held while the dialect is still unknown (auto mode). The first telling event decides;
 # a stream that says nothing within this many events is analysed as plain SSE.
 SNIFF_EVENTS = 32
+# Decompressed bytes of one compressed response analysed at most. Real LLM streams decompress
+# to a few MiB to ~20 MiB (a 64k-token Chat answer at ~250 bytes per chunk is ~16 MiB); 64 MiB
+# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand
+# at a few seconds of CPU, spent in short slices between other streams' work. Identity bodies
+# need no budget: their analysis is proportional to the bytes actually received.
+DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
-# Leading whitespace held before the first significant byte decides the framing; a body that
-# is nothing but blank lines for this long can only be SSE.
-MAX_UNDECIDED_BYTES = 64 * 1024
-# Leading bytes of a `text/plain` body that mark it as SSE served under the wrong type.
-SSE_FIELD_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
-WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # and the BOM's bytes
 # States that a client leaving cannot change once the events decided them.
 KNOWN_OUTCOMES = {State.COMPLETED, State.INCOMPLETE, State.FAILED}
-
-
-class Framing(Enum):
-    UNDECIDED = "undecided"
-    SSE = "sse"
-    NDJSON = "ndjson"
-    JSON_BODY = "json"
-    TEXT = "text"
-    EVENTSTREAM = "eventstream"  # AWS `application/vnd.amazon.eventstream` (Bedrock)
-
-
-def framing_for(content_type: str | None) -> Framing | None:
-    """The framing a Content-Type declares; None when the first bytes must decide."""
-    ctype = (content_type or "").split(";", 1)[0].strip().lower()
-    if ctype == "text/event-stream":
-        return Framing.SSE
-    if ctype == EVENTSTREAM_CONTENT_TYPE:
-        return Framing.EVENTSTREAM
-    if "ndjson" in ctype or "jsonl" in ctype or "json-seq" in ctype:
-        return Framing.NDJSON
-    if not ctype or ctype == "application/json" or ctype.endswith("+json"):
-        return None
-    return Framing.TEXT  # text/plain, application/octet-stream, anything else: no protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +45,7 @@ class TapOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     strict: bool = False
 
 
@@ -93,23 +70,20 @@ class StreamTap:
         self.comments = 0
         self.anomalies: Counter[str] = Counter()
         self.framing = Framing.UNDECIDED
-        self._declared = framing_for(content_type)
-        self._ndjson = dialect is Dialect.OLLAMA or self._declared is Framing.NDJSON
-        self._aws: EventStreamFraming | None = None
-        self._held: list[bytes] = []
-        self._held_len = 0
-        self._significant = False  # a non-whitespace byte has been held
-        self._json_like = False  # ... and it opened a JSON value
-        self._line_seen = False  # ... and a line end came after it
-        self._text: codecs.BufferedIncrementalDecoder | None = None
+        self._choice: FramingChoice | None = FramingChoice(
+            content_type,
+            ndjson=dialect is not None and spec_for(dialect).framing is Framing.NDJSON,
+            ndjson_hint=self._starts_ndjson,
+            anomalies=self.anomalies,
+            max_held=self.options.max_body_bytes,
+        )
+        self._reader: Reader | None = None
         self._pending_events: list[SSEEvent] = []
-        self._sse: SSEDecoder | None = None
-        self._lines: LineDecoder | None = None
-        self._body_overflow = False
         self._blind: str | None = None
         self._verdict: Verdict | None = None
         self._direct: tuple[SSEDecoder, Assembler] | None = None
         self._decoder: BodyDecoder | None = None
+        self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
             self._decoder = BodyDecoder(content_encoding)
         except ContentDecodingError:
@@ -143,11 +117,42 @@ class StreamTap:
                 self._go_blind("core_error")
                 return 0
             return assembler.content_deltas - before
-        if self._blind is not None or self._decoder is None:
+        deltas = self._analyse_slice(chunk)
+        reader = self._reader
+        if (
+            type(reader) is SSEReader
+            and self.assembler is not None
+            and self._decoder is not None
+            and self._decoder.identity
+            and self._blind is None
+        ):
+            self._direct = (reader.decoder, self.assembler)
+        return deltas
+
+    @property
+    def backlog(self) -> bool:
+        """Compressed input received but not yet analysed: call `pump()` (one slice each)."""
+        return self._blind is None and self._decoder is not None and self._decoder.pending
+
+    def pump(self) -> int:
+        """Analyse one more slice of a compressed body's backlog; returns content deltas."""
+        return self._analyse_slice(b"") if self.backlog else 0
+
+    def _analyse_slice(self, chunk: bytes) -> int:
+        """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
+        decoder = self._decoder
+        if self._blind is not None or decoder is None:
             return 0
         before = self.assembler.content_deltas if self.assembler else 0
         try:
-            for piece in self._decoder.decode(chunk):
+            piece = decoder.decode(chunk)
+            if not decoder.identity:
+                if self.decoded_bytes + len(piece) > self.options.max_decoded_bytes:
+                    self._go_blind("analysis_budget_exceeded")
+                    self._decoder = None  # its backlog is dropped: nothing more is analysed
+                    return 0
+                self.decoded_bytes += len(piece)
+            if piece:
                 self._feed_decoded(piece)
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
@@ -157,14 +162,6 @@ class StreamTap:
                 raise
             self._go_blind("core_error")
             return 0
-        if (
-            self.framing is Framing.SSE
-            and self._sse is not None
-            and self.assembler is not None
-            and self._decoder.identity
-            and self._blind is None
-        ):
-            self._direct = (self._sse, self.assembler)
         return (self.assembler.content_deltas if self.assembler else 0) - before
 
     def close(
@@ -200,136 +197,44 @@ class StreamTap:
     # -- framing ----------------------------------------------------------------------------
 
     def _feed_decoded(self, data: bytes) -> None:
-        if self.framing is Framing.UNDECIDED:
-            data = self._decide_framing(data)
-            if not data:
+        reader = self._reader
+        if reader is None:
+            assert self._choice is not None
+            framing = self._choice.feed(data)
+            if framing is None:
                 return
-        if self.framing is Framing.SSE:
-            assert self._sse is not None
-            self._on_frames(self._sse.feed(data))
-        elif self.framing is Framing.EVENTSTREAM and self._aws is not None:
-            self.events += self._aws.feed(self, data)
-        elif self.framing is Framing.NDJSON:
-            assert self._lines is not None
-            assembler = self._assembler_for_lines()
-            for line in self._lines.feed(data):
-                self.events += 1
-                assembler.on_line(line)
-        elif self.framing is Framing.TEXT:
-            assert self._text is not None and self.assembler is not None
-            self.assembler.on_text(self._text.decode(data))
-        else:
-            self._hold(data)
+            reader = self._use(framing)
+            data = self._choice.take()
+            self._choice = None
+        reader.feed(data)
 
-    def _decide_framing(self, data: bytes) -> bytes:
-        """Hold bytes until the Content-Type and the first significant bytes say which framing
-        this is; returns the held bytes once decided. Held bytes are joined only when a
-        decision can be made, so holding a long first line stays linear."""
-        self._hold(data)
-        if self._declared is Framing.NDJSON:
-            return self._decided(Framing.NDJSON)
-        if not self._significant:
-            start = data.lstrip(WHITESPACE)
-            if not start:
-                if self._held_len < MAX_UNDECIDED_BYTES:
-                    return b""
-                return self._decided(Framing.SSE)  # a sea of blank lines can only be SSE
-            self._significant = True
-            self._json_like = start[:1] in (b"{", b"[")
-            self._line_seen = b"\n" in start
-        elif not self._line_seen:
-            self._line_seen = b"\n" in data
-        if not self._json_like:
-            if self._declared is Framing.EVENTSTREAM or (
-                self._held[:1] and self._held[0][:1] == b"\x00"
-            ):
-                return self._decide_eventstream()
-            if self._declared is not Framing.TEXT:
-                return self._decided(Framing.SSE)
-            return self._decide_text()
-        if self._declared is not None:
-            self.anomalies["content_type_mismatch"] += 1  # JSON under another declared type
-        if self._ndjson:
-            return self._decided(Framing.NDJSON)
-        if not self._line_seen:
-            return b""  # cannot tell NDJSON from a JSON body before the first line ends
-        held = b"".join(self._held)
-        self._held = [held]
-        if self._looks_like_ndjson(held.lstrip(WHITESPACE)):
-            return self._decided(Framing.NDJSON)
-        self.framing = Framing.JSON_BODY
-        return b""  # already held, parsed whole at the end
-
-    def _decide_text(self) -> bytes:
-        """`text/plain` and other types: text, unless the body is visibly SSE under the
-        wrong type (a common relay mistake), which needs its first few bytes to tell."""
-        start = b"".join(self._held).lstrip(WHITESPACE)  # a few bytes: decided within 6
-        if any(field.startswith(start) for field in SSE_FIELD_STARTS) and not self._line_seen:
-            return b""  # still a prefix of an SSE field name
-        if start.startswith(SSE_FIELD_STARTS):
-            self.anomalies["content_type_mismatch"] += 1
-            return self._decided(Framing.SSE)
-        return self._decided(Framing.TEXT)
-
-    def _decide_eventstream(self) -> bytes:
-        """AWS event stream when declared, or when the first bytes are a prelude whose CRC
-        holds (a replayed body has no Content-Type); no text framing starts with NUL."""
-        if self._declared is Framing.EVENTSTREAM:
-            return self._decided(Framing.EVENTSTREAM)
-        held = b"".join(self._held)
-        self._held = [held]
-        if len(held) < PRELUDE_BYTES:
-            return b""
-        if prelude_holds(held):
-            return self._decided(Framing.EVENTSTREAM)
-        return (
-            self._decided(Framing.SSE)
-            if self._declared is not Framing.TEXT
-            else self._decide_text()
-        )
-
-    def _decided(self, framing: Framing) -> bytes:
+    def _use(self, framing: Framing) -> Reader:
         self.framing = framing
-        held = b"".join(self._held)
-        self._held, self._held_len = [], 0
-        if framing is Framing.SSE:
-            self._sse = SSEDecoder(self.options.max_event_bytes)
-        elif framing is Framing.TEXT:
-            self._text = codecs.getincrementaldecoder("utf-8")("replace")
+        if framing is Framing.TEXT:
             if self.assembler is not None:
                 self.anomalies["unexpected_content_type"] += 1
             self.dialect = Dialect.TEXT
             self.assembler = new_assembler(Dialect.TEXT, self.options.content_chars)
-        elif framing is Framing.EVENTSTREAM:
-            self._aws = EventStreamFraming(self.options.max_event_bytes)
-        else:
-            self._lines = LineDecoder(self.options.max_event_bytes)
-        return held
+        elif framing is Framing.NDJSON and self.assembler is None:
+            self._adopt(Dialect.OLLAMA)  # the one NDJSON dialect
+        options = self.options
+        self._reader = READERS[framing](self, options.max_event_bytes, options.max_body_bytes)
+        return self._reader
 
-    def _looks_like_ndjson(self, stripped: bytes) -> bool:
-        first_line = stripped.split(b"\n", 1)[0]
+    def _starts_ndjson(self, first_line: bytes) -> bool:
+        """Does a JSON first line open an NDJSON stream (rather than one JSON body)?"""
         try:
             obj = loads(first_line)
         except ValueError:
             return False
-        return self.dialect in (None, Dialect.OLLAMA) and sniff_body(obj) is Dialect.OLLAMA
-
-    def _hold(self, data: bytes) -> None:
-        if self._held_len + len(data) > self.options.max_body_bytes:
-            self._body_overflow = True
-            return
-        self._held.append(data)
-        self._held_len += len(data)
-
-    def _assembler_for_lines(self) -> Assembler:
-        if self.assembler is None:
-            self.dialect = Dialect.OLLAMA
-            self.assembler = new_assembler(Dialect.OLLAMA, self.options.content_chars)
-        return self.assembler
+        dialect = sniff_body(obj)
+        if dialect is None or (self.dialect is not None and dialect is not self.dialect):
+            return False
+        return spec_for(dialect).framing is Framing.NDJSON
 
     # -- events -----------------------------------------------------------------------------
 
-    def _on_frames(self, frames: list[Frame]) -> None:
+    def on_frames(self, frames: list[Frame]) -> None:
         if self.assembler is None:
             for frame in frames:
                 self._on_frame_sniffing(frame)
@@ -361,6 +266,33 @@ class StreamTap:
             return None
         return self._adopt(dialect or Dialect.SSE)
 
+    def on_line(self, line: Line) -> None:
+        self.events += 1
+        assert self.assembler is not None
+        self.assembler.on_line(line)
+
+    def on_text(self, text: str) -> None:
+        assert self.assembler is not None
+        self.assembler.on_text(text)
+
+    def on_message(self, message: EventMessage) -> None:
+        """One AWS event stream message: the first one tells Converse from Invoke."""
+        self.events += 1
+        if self.assembler is None:
+            self._adopt(sniff_message(message))
+        assert self.assembler is not None
+        receive = getattr(self.assembler, "on_aws_message", None)
+        if receive is None:
+            self.anomalies["unexpected_framing"] += 1  # a dialect forced on an event stream
+        else:
+            receive(message)
+
+    def on_body(self, body: Any) -> None:
+        if self.assembler is None:
+            self._adopt(sniff_body(body) or Dialect.SSE)
+        assert self.assembler is not None
+        self.assembler.on_body(body)
+
     def _adopt(self, dialect: Dialect) -> Assembler:
         self.dialect = dialect
         assembler = self.assembler = new_assembler(dialect, self.options.content_chars)
@@ -378,118 +310,85 @@ class StreamTap:
 
     def _finish_framing(self) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
+        while self.backlog:  # a caller that did not pump: the budget bounds this
+            self.pump()
         if self._decoder is not None and self._blind is None and not self._decoder.finish():
             self.anomalies["truncated_compressed_body"] += 1
-        if self.framing is Framing.UNDECIDED and self._blind is None:
-            if self._json_like or self._body_overflow:
-                self.framing = Framing.JSON_BODY  # a single JSON body without a newline
-            elif self._significant:  # a short text body that looked like an SSE field's start
-                self._feed_decoded(self._decided(Framing.TEXT))
-        if self.framing is Framing.TEXT and self._text is not None and self.assembler:
-            self.assembler.on_text(self._text.decode(b"", True))
-            return 0
-        if self.framing is Framing.SSE and self._sse is not None:
-            self._on_frames(self._sse.finish())
-            partial = self._sse.partial_bytes
-            if self._sse.invalid_utf8:
-                self.anomalies["invalid_utf8"] += self._sse.invalid_utf8
-            if self._sse.oversized:
-                self.anomalies["oversized_event"] += self._sse.oversized
-            if self._sse.unknown_fields:
-                # Lines that are not SSE fields: e.g. a raw JSON error body inside the stream.
-                self.anomalies["unknown_sse_field"] += self._sse.unknown_fields
-            if self._blind is None and self.assembler is None:
-                self._adopt(Dialect.SSE)
-            return partial
-        if self.framing is Framing.EVENTSTREAM and self._aws is not None:
-            return self._aws.finish(self)
-        if self.framing is Framing.NDJSON and self._lines is not None:
-            if self._lines.oversized:
-                self.anomalies["oversized_event"] += self._lines.oversized
-            return self._lines.finish()
-        if self.framing is Framing.JSON_BODY and self._blind is None:
-            self._conclude_body()
-        return 0
-
-    def _conclude_body(self) -> None:
-        if self._body_overflow:
-            self._go_blind("body_too_large_to_analyse")
-            return
-        try:
-            body = loads(b"".join(self._held))
-        except ValueError:
-            self.anomalies["json_decode_error"] += 1
-            body = None
-        finally:
-            self._held = []
-        if self.assembler is None:
-            self._adopt(sniff_body(body) or Dialect.SSE)
-        assert self.assembler is not None
-        self.assembler.on_body(body)
+        if self._reader is None and self._choice is not None:
+            framing = self._choice.finish()
+            if framing is not None:
+                self._use(framing).feed(self._choice.take())
+            self._choice = None
+        partial = self._reader.finish() if self._reader is not None else 0
+        if self.assembler is None and self._blind is None:
+            self._adopt(Dialect.SSE)
+        for why in UNSEEN:
+            if self.anomalies.get(why):
+                self._blind = why  # counted by the reader; part of the body was not seen
+        return partial
 
     def _conclude(self, end: str, http_complete: bool) -> Verdict:
-        partial = self._finish_framing() if self._blind is None else 0
-        if self._blind is not None and self.framing is Framing.SSE and self._sse:
-            self._sse.finish()
-            partial = self._sse.partial_bytes
+        if self._blind is None:
+            partial = self._finish_framing()
+        else:  # what was not analysed can still tell where the bytes stopped
+            partial = self._reader.decoder.partial_bytes if type(self._reader) is SSEReader else 0
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
         body_complete = http_complete and end in CLEAN_ENDS
-        outcome = assembler.conclude(partial > 0, body_complete)
-        state = self._transport_rule(outcome, assembler, end, body_complete)
+        result = assembler.summarize(partial > 0, body_complete)
+        outcome = result.outcome
+        state = self._transport_rule(result, end, body_complete)
         if self._blind is not None and not (
-            state is State.FAILED or (assembler.terminal and state is State.INCOMPLETE)
+            state is State.FAILED or (result.terminal and state is State.INCOMPLETE)
         ):
             # Part of the stream went unseen: whatever came after could change the verdict.
             state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
-        self._request_checks(state, outcome, assembler)
+        self._request_checks(state, result)
         interruption = None
         if state is State.INTERRUPTED or (
-            end == EndReason.CLIENT_DISCONNECTED and not assembler.terminal
+            end == EndReason.CLIENT_DISCONNECTED and not result.terminal
         ):
             interruption = Interruption(end, partial)
-        tool_calls = assembler.tool_call_summaries()
-        anomalies = self.anomalies + assembler.anomalies
-        last_id = self._sse.last_event_id if self._sse else ""
+        anomalies = self.anomalies + result.anomalies
+        reader = self._reader
+        last_id = reader.decoder.last_event_id if type(reader) is SSEReader else ""
         return Verdict(
-            dialect=assembler.dialect,
+            dialect=result.dialect,
             state=state,
             finish_reason=outcome.finish_reason,
             finish_category=outcome.finish_category,
             finish_reasons=outcome.finish_reasons,
-            last_event=assembler.last_event,
+            last_event=result.last_event,
             last_event_id=last_id or None,
             interruption=interruption,
             http_complete=http_complete,
-            error=assembler.error,
+            error=result.error,
             anomalies=dict(sorted(anomalies.items())),
             bytes=self.bytes,
             events=self.events,
             comments=self.comments,
-            text_chars=assembler.text.chars,
-            reasoning_chars=assembler.reasoning.chars,
-            refusal_chars=assembler.refusal.chars,
-            tool_calls=tool_calls,
-            server_tool_calls=tuple(assembler.server_tool_calls),
-            usage=assembler.usage,
-            response_id=assembler.response_id,
-            model=assembler.model,
+            text_chars=result.text_chars,
+            reasoning_chars=result.reasoning_chars,
+            refusal_chars=result.refusal_chars,
+            tool_calls=result.tool_calls,
+            server_tool_calls=result.server_tool_calls,
+            usage=result.usage,
+            response_id=result.response_id,
+            model=result.model,
         )
 
-    def _transport_rule(
-        self, outcome: Outcome, assembler: Assembler, end: str, body_complete: bool
-    ) -> State:
+    def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:
         """How the bytes ended decides whether the events' outcome stands (PROTOCOLS §9.2 plus
         the HTTP framing): a truncated body is `interrupted` unless the end marker (or an
         in-band error) had arrived; a client that left after the outcome was known keeps it."""
-        state = outcome.state
+        state = result.outcome.state
         if self.bytes == 0 and state is not State.FAILED:
             self.anomalies["empty_body"] += 1
             return State.UNCONFIRMED if body_complete else State.INTERRUPTED
         if body_complete:
             return state
-        if assembler.terminal or assembler.error is not None:
+        if result.terminal or result.error is not None:
             if end != EndReason.CLIENT_DISCONNECTED:
                 self.anomalies["truncated_after_terminal"] += 1
             return state
@@ -498,17 +397,17 @@ class StreamTap:
             return state
         return State.INTERRUPTED
 
-    def _request_checks(self, state: State, outcome: Outcome, assembler: Assembler) -> None:
+    def _request_checks(self, state: State, result: Assembly) -> None:
         """Compare the response with what the request asked for."""
         facts = self.request
-        if facts.stream_framing and self.framing is Framing.JSON_BODY and assembler.error is None:
+        if facts.stream_framing and self.framing is Framing.JSON_BODY and result.error is None:
             self.anomalies["stream_not_honoured"] += 1
         if state not in (State.COMPLETED, State.INCOMPLETE):
             return
-        if facts.include_usage and assembler.usage is None:
+        if facts.include_usage and result.usage is None:
             self.anomalies["usage_missing"] += 1
         if facts.choices is not None and facts.choices > 1:
-            finished = outcome.finish_reasons or (outcome.finish_reason,)
+            finished = result.outcome.finish_reasons or (result.outcome.finish_reason,)
             if sum(1 for r in finished if r is not None) < facts.choices:
                 self.anomalies["choices_missing"] += 1
 
@@ -516,15 +415,18 @@ class StreamTap:
 
     @property
     def retained_bytes(self) -> int:
-        framing = self._sse or self._lines or self._aws
-        return self._held_len + (framing.retained_bytes if framing else 0)
+        decoder = self._decoder.retained_bytes if self._decoder is not None else 0
+        if self._reader is not None:
+            return self._reader.retained_bytes + decoder
+        return (self._choice.held_len if self._choice is not None else 0) + decoder
 
     def primary_text(self) -> str:
         """The visible answer of choice / candidate 0 (all parts for single-message dialects)."""
         if self.assembler is None:
             return ""
-        if self.assembler.dialect in (Dialect.OPENAI_CHAT, Dialect.GEMINI):
-            return self.assembler.text.group_text(0)
+        group = spec_for(self.assembler.dialect).primary_group
+        if group is not None:
+            return self.assembler.text.group_text(group)
         return self.assembler.text.all_text()
 
     def describe(self) -> dict[str, Any]:

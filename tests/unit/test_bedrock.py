@@ -478,3 +478,37 @@ class TestTransport:
             http_complete=False,
         )
         assert v.state == "completed"
+
+
+def test_mock_serves_a_raw_event_stream_file_message_by_message(tmp_path) -> None:
+    from sseproxy.mock import from_body
+
+    data = text_stream("Hi")
+    path = tmp_path / "converse.eventstream"
+    path.write_bytes(data)
+    recording = from_body(path)
+    assert recording.dialect == "bedrock-converse"
+    assert recording.headers == {"Content-Type": "application/vnd.amazon.eventstream"}
+    assert [chunk for chunk, _ in recording.chunks] == [
+        ev("messageStart", role="assistant"),
+        ev("contentBlockDelta", contentBlockIndex=0, delta={"text": "Hi"}),
+        ev("contentBlockStop", contentBlockIndex=0),
+        ev("messageStop", stopReason="end_turn"),
+        ev(
+            "metadata",
+            usage={"inputTokens": 5, "outputTokens": 3, "totalTokens": 8},
+            metrics={"latencyMs": 100},
+        ),
+    ]
+
+
+@given(st.binary(max_size=200), st.integers(min_value=0), st.integers(min_value=1, max_value=30))
+def test_drill_splitter_keeps_every_byte(junk: bytes, seed: int, largest: int) -> None:
+    from sseproxy.core.inject import RawMessages
+
+    data = text_stream("a") + junk
+    splitter = RawMessages()
+    out = []
+    for piece in random_split(data, seed, largest):
+        out += splitter.feed(piece)
+    assert b"".join(out) + splitter.rest() == data

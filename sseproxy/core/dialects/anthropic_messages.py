@@ -11,6 +11,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig, dumps
+from .spec import DialectSpec, Drills, sse_event
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -85,7 +86,7 @@ class AnthropicMessagesAssembler(Assembler):
         self.merge_usage(message.get("usage"))
 
     def on_block_start(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         block = obj.get("content_block")
         if index is None or not isinstance(block, dict):
             return
@@ -106,7 +107,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.server_tool_calls.append(name if isinstance(name, str) else str(btype))
 
     def on_delta(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         delta = obj.get("delta")
         if index is None or not isinstance(delta, dict):
             return
@@ -126,7 +127,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.anomalies["unknown_delta_type"] += 1
 
     def on_block_stop(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         if index in self.tool_calls:
             self.tool_calls[index].completed = True
 
@@ -186,3 +187,33 @@ class AnthropicMessagesAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = STOP_REASONS[reason]
         return Outcome(state, reason, category)
+
+
+EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+SPEC = DialectSpec(
+    dialect=Dialect.ANTHROPIC_MESSAGES,
+    assembler=AnthropicMessagesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            event is not None and (event.type == "message_stop" or '"message_stop"' in event.data)
+        ),
+        error=lambda _: sse_event(OVERLOADED, "error"),
+        end_marker=sse_event({"type": "message_stop"}, "message_stop"),
+        keepalive=sse_event({"type": "ping"}, "ping"),
+    ),
+    path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
+    event_types=EVENTS,
+    sniff=lambda obj: obj.get("type") in EVENTS or obj.get("type") == "message",
+    otel_provider="anthropic",
+)

@@ -23,6 +23,16 @@ from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary
 DEFAULT_CONTENT_CHARS = 4 * 1024 * 1024
 # Tool arguments must be kept whole to be validated as JSON when the call completes.
 DEFAULT_TOOL_ARGUMENT_CHARS = 8 * 1024 * 1024
+# An index a peer sends (content block, content part, output item, tool call, path element) is
+# accepted in 0..MAX_INDEX-1; beyond is the `index_out_of_range` anomaly and that part is
+# ignored. Real responses stay in the tens; the cap keeps a forged index from sizing anything.
+MAX_INDEX = 1024
+# Choices / candidates per response: OpenAI's `n` is at most 128 (Gemini's candidateCount 8).
+# Each one is an entry of the record's finish reasons, so a forged index must not add more.
+MAX_CHOICES = 128
+# Tool calls kept per response (each is a summary in the record); beyond, calls are counted
+# (`too_many_tool_calls`) but not kept. Real responses make a handful of parallel calls.
+MAX_TOOL_CALLS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,27 @@ class Outcome:
     finish_reason: str | None = None
     finish_category: FinishCategory | None = None
     finish_reasons: tuple[str | None, ...] | None = None  # per choice, when more than one
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """Everything an assembler concluded, as one value: the tap turns it into the verdict
+    without reading the assembler's state."""
+
+    dialect: Dialect
+    outcome: Outcome
+    terminal: bool  # the dialect's explicit end marker arrived
+    error: ErrorInfo | None
+    last_event: str | None
+    text_chars: int
+    reasoning_chars: int
+    refusal_chars: int
+    tool_calls: tuple[ToolCallSummary, ...]
+    server_tool_calls: tuple[str, ...]
+    usage: Usage | None
+    response_id: str | None
+    model: str | None
+    anomalies: Counter[str]
 
 
 class ContentStore:
@@ -248,6 +279,31 @@ class Assembler:
             return True
         return False
 
+    def summarize(self, partial: bool, body_complete: bool) -> Assembly:
+        """Conclude (see `conclude`) and hand over the result as one immutable value."""
+        outcome = self.conclude(partial, body_complete)
+        tool_calls = tuple(call.summary() for call in self.tool_calls.values())
+        anomalies = Counter(self.anomalies)
+        invalid = sum(1 for call in tool_calls if not call.arguments_valid_json)
+        if invalid:
+            anomalies["invalid_tool_arguments"] += invalid
+        return Assembly(
+            dialect=self.dialect,
+            outcome=outcome,
+            terminal=self.terminal,
+            error=self.error,
+            last_event=self.last_event,
+            text_chars=self.text.chars,
+            reasoning_chars=self.reasoning.chars,
+            refusal_chars=self.refusal.chars,
+            tool_calls=tool_calls,
+            server_tool_calls=tuple(self.server_tool_calls),
+            usage=self.usage,
+            response_id=self.response_id,
+            model=self.model,
+            anomalies=anomalies,
+        )
+
     # -- helpers for the dialects -----------------------------------------------------------
 
     def parse(self, data: str | bytes) -> Any:
@@ -275,8 +331,22 @@ class Assembler:
     def tool_call(self, key: Hashable) -> ToolCallBuffer:
         call = self.tool_calls.get(key)
         if call is None:
-            call = self.tool_calls[key] = ToolCallBuffer()
+            call = ToolCallBuffer()
+            if len(self.tool_calls) < MAX_TOOL_CALLS:
+                self.tool_calls[key] = call
+            else:
+                self.anomalies["too_many_tool_calls"] += 1  # a detached buffer: not kept
         return call
+
+    def index(self, value: Any, default: int | None = None, cap: int = MAX_INDEX) -> int | None:
+        """A peer's index if it is an integer in 0..cap-1; `default` if absent; else None and
+        the `index_out_of_range` anomaly (the caller ignores that part)."""
+        if value is None:
+            return default
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < cap:
+            return value
+        self.anomalies["index_out_of_range"] += 1
+        return None
 
     def set_call_identity(
         self, call: ToolCallBuffer, call_id: Any, name: Any, snapshot: bool = False
@@ -313,10 +383,3 @@ class Assembler:
             self.error = error_info(obj)
         else:
             self.anomalies["repeated_error"] += 1
-
-    def tool_call_summaries(self) -> tuple[ToolCallSummary, ...]:
-        summaries = tuple(call.summary() for call in self.tool_calls.values())
-        invalid = sum(1 for s in summaries if not s.arguments_valid_json)
-        if invalid:
-            self.anomalies["invalid_tool_arguments"] += invalid
-        return summaries

@@ -11,11 +11,14 @@ is the anomaly `metadata_missing`). Exception messages (`:message-type` `excepti
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import json
+from typing import Any
 
-from ..eventstream import EventMessage
+from ..events import Framing
+from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, EventStreamDecoder, event, exception
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig, dumps, loads
+from .spec import DialectSpec, Drills
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -37,13 +40,6 @@ CONVERSE_EVENTS = {
     "metadata",
 }
 KNOWN_DELTAS = {"text", "toolUse", "reasoningContent", "citation", "toolResult", "image"}
-
-
-@runtime_checkable
-class MessageAssembler(Protocol):
-    """An assembler fed event stream messages (the tap's AWS event stream framing)."""
-
-    def on_aws_message(self, message: EventMessage) -> None: ...
 
 
 def exception_info(message: EventMessage) -> ErrorInfo:
@@ -69,15 +65,24 @@ def exception_info(message: EventMessage) -> ErrorInfo:
     )
 
 
-def sniff_message(message: EventMessage) -> Dialect | None:
-    """Dialect from one event stream message; None for an exception (not telling)."""
-    if message.message_type != "event":
-        return None
-    if message.event_type == "chunk":
+def sniff_message(message: EventMessage) -> Dialect:
+    """The Bedrock dialect of a stream from its first message: Invoke streams send `chunk`
+    events; anything else (an exception first, too) is read as Converse, whose exception
+    handling is the same."""
+    if message.message_type == "event" and message.event_type == "chunk":
         return Dialect.BEDROCK_INVOKE
-    if message.event_type in CONVERSE_EVENTS:
-        return Dialect.BEDROCK_CONVERSE
-    return None
+    return Dialect.BEDROCK_CONVERSE
+
+
+def first_message(raw: bytes) -> EventMessage | None:
+    """The message a drill's raw unit holds (the injector splits event streams by message)."""
+    messages = EventStreamDecoder().feed(raw)
+    return messages[0] if messages else None
+
+
+def injected_exception(_: int) -> bytes:
+    body = {"message": "Model stream error (injected)", "originalStatusCode": 500}
+    return exception("modelStreamErrorException", json.dumps(body).encode())
 
 
 def converse_usage(raw: dict[str, Any]) -> Usage:
@@ -119,7 +124,7 @@ class BedrockConverseAssembler(Assembler):
             if obj is not None:
                 self.anomalies["unexpected_payload"] += 1
             return
-        index = as_int(obj.get("contentBlockIndex"))
+        index = self.index(obj.get("contentBlockIndex"))
         if etype == "contentBlockDelta":
             self.on_delta(index, obj.get("delta"))
         elif etype == "contentBlockStart":
@@ -215,3 +220,25 @@ class BedrockConverseAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = STOP_REASONS[reason]
         return Outcome(state, reason, category)
+
+
+def _is_message_stop(_: Any, raw: bytes) -> bool:
+    message = first_message(raw)
+    return message is not None and message.event_type == "messageStop"
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.BEDROCK_CONVERSE,
+    assembler=BedrockConverseAssembler,
+    drills=Drills(
+        is_terminal=_is_message_stop,
+        error=injected_exception,
+        end_marker=event("messageStop", b"{}"),  # a relay's end without a stop reason
+        keepalive=b"",  # event streams have no keep-alive: the stall is silent
+    ),
+    path_suffixes=("/converse-stream", "/converse"),
+    sniff=lambda obj: "stopReason" in obj and "output" in obj,  # a non-streamed answer
+    media_type=EVENTSTREAM_MEDIA_TYPE,
+    framing=Framing.EVENTSTREAM,
+    otel_provider="aws.bedrock",
+)

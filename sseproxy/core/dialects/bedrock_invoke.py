@@ -11,15 +11,18 @@ the end marker.
 
 from __future__ import annotations
 
+import base64
 import binascii
+import json
 from typing import Any
 
-from ..events import SSEEvent
-from ..eventstream import EventMessage
+from ..events import Framing, SSEEvent
+from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .anthropic_messages import AnthropicMessagesAssembler
 from .base import Outcome, as_int, dig
-from .bedrock_converse import exception_info
+from .bedrock_converse import exception_info, first_message, injected_exception
+from .spec import DialectSpec, Drills
 
 ANTHROPIC_TYPES = {
     "message_start",
@@ -179,3 +182,35 @@ class BedrockInvokeAssembler(AnthropicMessagesAssembler):
             self.anomalies["unknown_finish_reason"] += 1
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         return Outcome(known[0], reason, known[1])
+
+
+def _is_terminal_chunk(_: Any, raw: bytes) -> bool:
+    """The chunk holding Anthropic's `message_stop` or Bedrock's invocation metrics."""
+    message = first_message(raw)
+    if message is None or message.event_type != "chunk":
+        return False
+    try:
+        payload = base64.b64decode(json.loads(message.payload)["bytes"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    return b'"message_stop"' in payload or METRICS.encode() in payload
+
+
+def _chunk(payload: bytes) -> bytes:
+    return event("chunk", json.dumps({"bytes": base64.b64encode(payload).decode()}).encode())
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.BEDROCK_INVOKE,
+    assembler=BedrockInvokeAssembler,
+    drills=Drills(
+        is_terminal=_is_terminal_chunk,
+        error=injected_exception,
+        end_marker=_chunk(b'{"type":"message_stop"}'),
+        keepalive=b"",
+    ),
+    path_suffixes=("/invoke-with-response-stream",),
+    media_type=EVENTSTREAM_MEDIA_TYPE,
+    framing=Framing.EVENTSTREAM,
+    otel_provider="aws.bedrock",
+)

@@ -16,6 +16,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig
+from .spec import DialectSpec, Drills, sse_event
 
 FINISH_REASONS = {
     "COMPLETE": (State.COMPLETED, FinishCategory.STOP),
@@ -94,7 +95,7 @@ class CohereChatAssembler(Assembler):
             else:
                 self.anomalies["unknown_event_type"] += 1
             return
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         message = dig(obj, "delta", "message")
         if etype == "content-delta" or etype == "content-start":
             content = dig(message, "content")
@@ -175,3 +176,26 @@ class CohereChatAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = FINISH_REASONS[reason]
         return Outcome(state, reason, category)
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.COHERE_CHAT,
+    assembler=CohereChatAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            event is not None and (event.type == "message-end" or '"message-end"' in event.data)
+        ),
+        error=lambda _: sse_event(
+            {
+                "type": "message-end",
+                "delta": {"finish_reason": "ERROR", "error": "internal server error (injected)"},
+            },
+            "message-end",
+        ),
+        end_marker=sse_event({"type": "message-end", "delta": {}}, "message-end"),
+    ),
+    path_suffixes=("/v2/chat",),
+    event_types=frozenset(COHERE_EVENTS - {"debug"}),
+    sniff=lambda obj: obj.get("type") in COHERE_EVENTS - {"debug"},
+    otel_provider="cohere",
+)

@@ -11,8 +11,9 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .azure import filter_anomalies, is_annotation
-from .base import Assembler, Outcome, as_int, dig
+from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
+from .spec import DialectSpec, Drills, done_marker, generic_error
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
@@ -95,9 +96,10 @@ class OpenAIChatAssembler(Assembler):
                 self.on_choice(choice, position)
 
     def on_choice(self, choice: dict[str, Any], position: int) -> None:
-        index = choice.get("index")
-        if not isinstance(index, int):
-            index = position
+        raw = choice.get("index")
+        index = self.index(raw if isinstance(raw, int) else position, cap=MAX_CHOICES)
+        if index is None:
+            return
         self.finish.setdefault(index, None)
         delta = choice.get("delta") or choice.get("message")  # `message` in a non-stream body
         if isinstance(delta, dict):
@@ -136,6 +138,8 @@ class OpenAIChatAssembler(Assembler):
 
     def on_tool_call_delta(self, index: int, call: dict[str, Any], position: int) -> None:
         call_index = call.get("index")
+        if isinstance(call_index, int) and self.index(call_index) is None:
+            return
         if not isinstance(call_index, int):
             # Some compatibles omit `index`: a new id starts a call, otherwise continue the last.
             call_index = self._index_without_index(index, call.get("id"), position)
@@ -199,3 +203,23 @@ class OpenAIChatAssembler(Assembler):
         elif self.refusal.chars and not self.text.chars:
             category = FinishCategory.REFUSAL
         return Outcome(State.COMPLETED, reasons[0], category, per_choice)
+
+
+def _chat_terminal(event: SSEEvent | None, raw: bytes) -> bool:
+    # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
+    return done_marker(event, raw) or (
+        event is not None and '"finish_reason":"' in event.data.replace(" ", "")
+    )
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_CHAT,
+    assembler=OpenAIChatAssembler,
+    drills=Drills(is_terminal=_chat_terminal, error=generic_error),
+    path_suffixes=("/chat/completions",),
+    sniff=lambda obj: (
+        "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion")
+    ),
+    otel_provider="openai",
+    primary_group=0,
+)

@@ -20,6 +20,7 @@ from .base import (
     error_info,
     ident,
 )
+from .spec import DialectSpec, Drills, sse_event
 
 TERMINALS = {
     "response.completed": State.COMPLETED,
@@ -137,7 +138,10 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["unknown_event_type"] += 1
 
     def on_part_delta(self, kind: str, obj: dict[str, Any]) -> None:
-        key = (ident(obj.get("item_id")), as_int(obj.get("content_index")) or 0)
+        index = self.index(obj.get("content_index"), 0)
+        if index is None:
+            return
+        key = (ident(obj.get("item_id")), index)
         if (str(key[0]), kind, key[1]) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
         if kind == "text":
@@ -147,7 +151,13 @@ class OpenAIResponsesAssembler(Assembler):
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
-        return self.tool_call(ident(obj.get("item_id")) or ident(obj.get("output_index")))
+        item_id = ident(obj.get("item_id"))
+        if item_id:
+            return self.tool_call(item_id)
+        index = self.index(obj.get("output_index"))
+        if index is None and obj.get("output_index") is not None:
+            return ToolCallBuffer()  # out of range: counted, not kept
+        return self.tool_call(index)
 
     def on_item(self, item: Any, done: bool) -> None:
         if not isinstance(item, dict):
@@ -168,7 +178,9 @@ class OpenAIResponsesAssembler(Assembler):
 
     def on_done_snapshot(self, etype: str, obj: dict[str, Any]) -> None:
         item_id = ident(obj.get("item_id"))
-        index = as_int(obj.get("content_index")) or 0
+        index = self.index(obj.get("content_index"), 0)
+        if index is None:
+            return
         if etype == "response.output_text.done":
             self.done_parts.add((str(item_id), "text", index))
             self.compare_store(self.text, (item_id, index), obj.get("text"))
@@ -284,3 +296,33 @@ class OpenAIResponsesAssembler(Assembler):
                 category = FinishCategory.STOP
             return Outcome(State.COMPLETED, final or "completed", category)
         return Outcome(State.INTERRUPTED, None, None)
+
+
+def _responses_error(sequence_number: int) -> bytes:
+    # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
+    # `sequence_number` as a schema mismatch and never shows the message).
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error (injected)",
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return sse_event(event, "error")
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_RESPONSES,
+    assembler=OpenAIResponsesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: event is not None and event.type in TERMINALS,
+        error=_responses_error,
+    ),
+    path_suffixes=("/responses",),
+    path_contains=("/responses/",),
+    event_prefix="response.",
+    sniff=lambda obj: (
+        str(obj.get("type")).startswith("response.") or obj.get("object") == "response"
+    ),
+    otel_provider="openai",
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..events import SSEEvent
 from ..verdict import Dialect
 from .base import Assembler, loads
+from .spec import DialectSpec, Drills, done_marker, generic_error
 
 
 class PlainSSEAssembler(Assembler):
@@ -40,3 +41,24 @@ class TextAssembler(Assembler):
 
     def on_text(self, text: str) -> None:
         self.add_text(0, text)
+
+
+SSE_SPEC = DialectSpec(
+    dialect=Dialect.SSE,
+    assembler=PlainSSEAssembler,
+    drills=Drills(is_terminal=done_marker, error=generic_error),
+    otel_operation=None,
+)
+TEXT_SPEC = DialectSpec(
+    dialect=Dialect.TEXT,
+    assembler=TextAssembler,
+    # Text has no protocol: no terminal to drop, no in-band error to imitate; the drill writes
+    # a visible marker instead.
+    drills=Drills(
+        is_terminal=lambda event, raw: False,
+        error=lambda _: b"\n[sseproxy: injected error]\n",
+        end_marker=b"",
+    ),
+    media_type="text/plain; charset=utf-8",
+    otel_operation=None,
+)

@@ -11,6 +11,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State
 from .base import Assembler, Outcome, dumps, ident
+from .spec import DialectSpec, Drills, done_marker
 
 FINISH = {
     None: (State.COMPLETED, FinishCategory.STOP),
@@ -123,3 +124,36 @@ class VercelUIAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = FINISH[reason]
         return Outcome(state, reason, category)
+
+
+PARTS = frozenset(
+    {
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "reasoning-start",
+        "reasoning-delta",
+        "tool-input-start",
+        "tool-input-available",
+        "finish",
+        "finish-step",
+        "abort",
+    }
+)
+
+SPEC = DialectSpec(
+    dialect=Dialect.VERCEL_UI,
+    assembler=VercelUIAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            done_marker(event, raw)
+            or (event is not None and '"type":"finish"' in event.data.replace(" ", ""))
+        ),
+        error=lambda _: (
+            b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
+        ),
+    ),
+    response_headers=("x-vercel-ai-ui-message-stream",),
+    sniff=lambda obj: obj.get("type") in PARTS,
+)
