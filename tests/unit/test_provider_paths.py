@@ -172,3 +172,27 @@ def test_filtered_prompt_annotation_is_counted() -> None:
     stop = chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])
     v = verdict_of(sse(flagged, text("Hi"), stop, "[DONE]"), Dialect.OPENAI_CHAT)
     assert v.anomalies == {"prompt_filtered": 1}
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        (
+            "/model/anthropic.claude-3-haiku-20240307-v1:0/converse-stream",
+            "anthropic.claude-3-haiku-20240307-v1:0",
+        ),
+        (
+            "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream",
+            "anthropic.claude-3-haiku-20240307-v1:0",
+        ),
+        (
+            "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123%3Ainference-profile%2Fus.meta.llama3/invoke-with-response-stream",
+            "arn:aws:bedrock:us-east-1:123:inference-profile/us.meta.llama3",
+        ),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", "gemini-2.5-flash"),
+    ],
+)
+def test_the_model_named_in_the_path(path: str, model: str) -> None:
+    from sseproxy.core.request import request_facts
+
+    assert request_facts(path, "", b"").model == model
