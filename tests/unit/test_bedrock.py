@@ -512,3 +512,93 @@ def test_drill_splitter_keeps_every_byte(junk: bytes, seed: int, largest: int) -
     for piece in random_split(data, seed, largest):
         out += splitter.feed(piece)
     assert b"".join(out) + splitter.rest() == data
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+event_names = st.sampled_from(
+    [
+        "messageStart",
+        "contentBlockStart",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "messageStop",
+        "metadata",
+        "chunk",
+        "other",
+    ]
+)
+member_names = st.sampled_from(
+    [
+        "contentBlockIndex",
+        "delta",
+        "start",
+        "stopReason",
+        "usage",
+        "bytes",
+        "text",
+        "toolUse",
+        "type",
+        "index",
+    ]
+)
+
+
+def random_payload(draw: Any) -> bytes:
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return draw(st.binary(max_size=30))
+    obj = draw(st.dictionaries(member_names, json_values, max_size=4))
+    if kind == 2:  # an Invoke chunk wrapping arbitrary JSON
+        inner = json.dumps(
+            draw(
+                st.dictionaries(
+                    st.sampled_from(["type", "delta", "index", "stop_reason", "generation"]),
+                    json_values,
+                    max_size=4,
+                )
+            )
+        )
+        obj = {"bytes": base64.b64encode(inner.encode()).decode()}
+    return json.dumps(obj).encode()
+
+
+@st.composite
+def random_messages(draw: Any) -> bytes:
+    out = []
+    for _ in range(draw(st.integers(0, 8))):
+        if draw(st.integers(0, 9)) == 0:
+            out.append(exception(draw(st.text(max_size=10)), random_payload(draw)))
+        else:
+            out.append(event(draw(event_names), random_payload(draw)))
+    return b"".join(out)
+
+
+@given(
+    random_messages(),
+    st.sampled_from([CONV, INV, None]),
+    st.booleans(),
+    st.integers(min_value=0),
+    st.integers(min_value=1, max_value=40),
+)
+def test_arbitrary_messages_give_one_verdict_whatever_the_chunking(
+    data: bytes, dialect: Dialect | None, complete: bool, seed: int, largest: int
+) -> None:
+    """Strict taps re-raise any internal error, so none may come from what a peer sends; and
+    the verdict depends on the bytes, not on how they were cut."""
+
+    def tap() -> StreamTap:
+        ctype = "application/vnd.amazon.eventstream"
+        return StreamTap(dialect, content_type=ctype, options=TapOptions(strict=True))
+
+    whole = tap()
+    whole.feed(data)
+    split = tap()
+    for piece in random_split(data, seed, largest):
+        split.feed(piece)
+    assert split.close(http_complete=complete) == whole.close(http_complete=complete)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions
 from sseproxy.core.dialects import detect, sniff_body
+from sseproxy.core.dialects.cohere import COHERE_EVENTS
 from sseproxy.core.inject import Injector, Write, parse_rules
-from tests.streams import random_split, verdict_of
+from tests.streams import random_split, sse, verdict_of
 
 CO = Dialect.COHERE_CHAT
 
@@ -248,3 +249,62 @@ def test_any_chunking_gives_the_same_verdict(stream: bytes, seed: int, largest: 
     for piece in random_split(stream, seed, largest):
         split.feed(piece)
     assert split.close() == expected and expected.state == "completed"
+
+
+def test_a_non_string_type_sniffs_as_nothing() -> None:
+    """`{"type": []}` once raised inside sniffing (unhashable in a set): the tap went blind."""
+    v = verdict_of(sse({"type": []}, {"type": {"a": 1}}), None)
+    assert (v.dialect, v.anomalies) == ("sse", {"no_terminal_signal": 1})
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+cohere_events = st.builds(
+    lambda etype, body, extra: {"type": etype, **body, **extra},
+    st.sampled_from(sorted(COHERE_EVENTS)),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "index": json_values,
+            "id": json_values,
+            "delta": st.fixed_dictionaries(
+                {},
+                optional={
+                    "message": st.dictionaries(
+                        st.sampled_from(["content", "tool_plan", "tool_calls", "citations"]),
+                        json_values,
+                        max_size=3,
+                    ),
+                    "finish_reason": json_values,
+                    "usage": json_values,
+                    "error": json_values,
+                },
+            ),
+        },
+    ),
+    st.dictionaries(st.text(max_size=5), json_values, max_size=2),
+)
+
+
+@given(
+    st.lists(cohere_events, max_size=8),
+    st.booleans(),
+    st.integers(min_value=0),
+    st.integers(min_value=1, max_value=40),
+)
+def test_arbitrary_events_give_one_verdict_whatever_the_chunking(
+    events: list[dict[str, Any]], complete: bool, seed: int, largest: int
+) -> None:
+    """Strict taps re-raise internal errors: none may come from what a peer sends."""
+    data = b"".join(ev(e) for e in events)
+    whole = StreamTap(CO, options=TapOptions(strict=True))
+    whole.feed(data)
+    split = StreamTap(CO, options=TapOptions(strict=True))
+    for piece in random_split(data, seed, largest):
+        split.feed(piece)
+    assert split.close(http_complete=complete) == whole.close(http_complete=complete)

@@ -132,7 +132,8 @@ class BedrockInvokeAssembler(AnthropicMessagesAssembler):
                 self.anomalies["unexpected_payload"] += 1
             return
         if self.anthropic is None:
-            self.anthropic = obj.get("type") in ANTHROPIC_TYPES
+            otype = obj.get("type")
+            self.anthropic = isinstance(otype, str) and otype in ANTHROPIC_TYPES
         if not self.anthropic and self.terminal:
             self.last_event = "chunk"
             self.anomalies["events_after_terminal"] += 1
