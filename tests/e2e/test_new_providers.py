@@ -105,7 +105,7 @@ def converse_stream(stop: str | None = "end_turn", tail: bytes = b"") -> bytes:
 TOKEN = "bedrock-api-key-test"
 
 
-def bedrock_client(endpoint: str) -> Any:
+def bedrock_client(endpoint: str, inject: str | None = None) -> Any:
     """A Bedrock API key over plain HTTP: botocore refuses its own bearer auth without HTTPS,
     so the client is unsigned and the key goes in the header (as README shows)."""
     client = boto3.client(
@@ -119,15 +119,17 @@ def bedrock_client(endpoint: str) -> Any:
 
     def add_key(request: Any, **_: Any) -> None:
         request.headers["Authorization"] = f"Bearer {TOKEN}"
+        if inject is not None:
+            request.headers["x-sseproxy-inject"] = inject
 
     client.meta.events.register("before-send.bedrock-runtime", add_key)
     return client
 
 
-def converse(endpoint: str) -> dict[str, Any]:
+def converse(endpoint: str, inject: str | None = None) -> dict[str, Any]:
     """What a boto3 user gets from ConverseStream: text, tool input, stop reason, usage, or
     the exception the SDK raised."""
-    client = bedrock_client(endpoint)
+    client = bedrock_client(endpoint, inject)
     out: dict[str, Any] = {"text": "", "tool": "", "stop": None, "usage": None, "error": None}
     stream = None
     try:
@@ -518,3 +520,36 @@ async def test_vertex_paths(
     assert fake.seen[-1].path_qs == path
     [record] = await records(logs)
     assert (record["route"], record["dialect"], record["state"]) == ("vertex", dialect, "completed")
+
+
+# -- drills on an AWS event stream, as boto3 sees them -------------------------------------
+
+
+@pytest.fixture
+async def drill_proxy_url(aiohttp_server, upstream, logs) -> str:
+    _, fake_url = upstream
+    settings = replace(routes_to(fake_url), allow_inject=True)
+    server = await aiohttp_server(create_app(settings))
+    return str(server.make_url("")).rstrip("/")
+
+
+async def test_bedrock_drill_inject_error(upstream, drill_proxy_url, logs, bearer) -> None:
+    serve(upstream, converse_stream(), EVENTSTREAM)
+    result = await asyncio.to_thread(
+        converse, drill_proxy_url + "/bedrock/us-east-1", "inject-error=2"
+    )
+    assert result["error"] == "EventStreamError" and result["stop"] is None
+    [record] = await records(logs)
+    assert (record["state"], record["last_event"]) == ("failed", "modelStreamErrorException")
+    assert record["error"]["message"] == "Model stream error (injected)"
+
+
+async def test_bedrock_drill_drop_terminal(upstream, drill_proxy_url, logs, bearer) -> None:
+    serve(upstream, converse_stream(), EVENTSTREAM)
+    result = await asyncio.to_thread(
+        converse, drill_proxy_url + "/bedrock/us-east-1", "drop-terminal,rechunk=5"
+    )
+    assert result["error"] is None and result["stop"] is None  # boto3 raises nothing
+    assert result["usage"] is not None  # metadata still came, without messageStop
+    [record] = await records(logs)
+    assert (record["state"], record["text_chars"]) == ("interrupted", len(result["text"]))
