@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from .framing import DEFAULT_MAX_EVENT_BYTES
 
@@ -30,6 +31,9 @@ MIN_MESSAGE_BYTES = 16
 MAX_HEADERS_BYTES = 128 * 1024
 # A message is buffered whole before it is checked: more than this is skipped, not buffered.
 DEFAULT_MAX_MESSAGE_BYTES = DEFAULT_MAX_EVENT_BYTES
+# Parsed header blocks remembered per decoder: a stream repeats a handful of exact blocks (one
+# per event type), so parsing is skipped for nearly every message. Bounded like any peer input.
+HEADER_CACHE_ENTRIES = 32
 
 _PRELUDE = struct.Struct(">III")
 _U32 = struct.Struct(">I")
@@ -134,6 +138,7 @@ class EventStreamDecoder:
         self.max_message_bytes = max_message_bytes
         self._buf = bytearray()
         self._skip = 0  # bytes of an oversized message still to discard
+        self._headers: dict[bytes, Mapping[str, HeaderValue]] = {}
         self.received = 0
         self.consumed = 0  # offset where the message being received starts
         self.messages = 0
@@ -190,10 +195,16 @@ class EventStreamDecoder:
                 self._stop(Corruption.MESSAGE_CRC)
                 return out
             headers_end = start + PRELUDE_BYTES + headers_len
-            headers = parse_headers(bytes(buf[start + PRELUDE_BYTES : headers_end]))
+            raw_headers = bytes(buf[start + PRELUDE_BYTES : headers_end])
+            headers = self._headers.get(raw_headers)
             if headers is None:
-                self._stop(Corruption.HEADERS)
-                return out
+                parsed = parse_headers(raw_headers)
+                if parsed is None:
+                    self._stop(Corruption.HEADERS)
+                    return out
+                headers = MappingProxyType(parsed)  # shared between messages: read-only
+                if len(self._headers) < HEADER_CACHE_ENTRIES:
+                    self._headers[raw_headers] = headers
             out.append(EventMessage(headers, bytes(buf[headers_end : end - 4]), self.consumed))
             self.messages += 1
             self.consumed += total

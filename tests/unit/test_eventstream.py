@@ -253,3 +253,15 @@ def test_a_cut_inside_an_oversized_message_is_partial() -> None:
     over = message(b"", b"z" * 100)
     d = decode(over[:50], max_message_bytes=64)
     assert d.oversized == 1 and d.partial_bytes == 50
+
+
+def test_header_cache_is_bounded_and_never_changes_a_result() -> None:
+    from sseproxy.core.eventstream import HEADER_CACHE_ENTRIES
+
+    blocks = [header(":event-type", 7, f"e{i}") for i in range(HEADER_CACHE_ENTRIES + 1)]
+    data = b"".join(message(b, b"x") for b in blocks * 2)
+    decoder = EventStreamDecoder()
+    out = decoder.feed(data)
+    assert [m.event_type for m in out] == [f"e{i}" for i in range(HEADER_CACHE_ENTRIES + 1)] * 2
+    assert len(decoder._headers) == HEADER_CACHE_ENTRIES  # one more block was not kept
+    assert out[0].headers is out[HEADER_CACHE_ENTRIES + 1].headers  # reused, read-only
