@@ -553,3 +553,23 @@ async def test_bedrock_drill_drop_terminal(upstream, drill_proxy_url, logs, bear
     assert result["usage"] is not None  # metadata still came, without messageStop
     [record] = await records(logs)
     assert (record["state"], record["text_chars"]) == ("interrupted", len(result["text"]))
+
+
+# -- `sseproxy mock` serving a recorded Bedrock body to boto3 ---------------------------------
+
+
+async def test_mock_serves_a_recorded_event_stream_to_boto3(
+    aiohttp_server, tmp_path, bearer
+) -> None:
+    from sseproxy.mock import MockServer, load_recordings
+
+    (tmp_path / "converse.eventstream").write_bytes(converse_stream())
+    mock = MockServer(load_recordings([tmp_path]), speed=0)
+    server = await aiohttp_server(mock.app())
+    result = await asyncio.to_thread(converse, str(server.make_url("")).rstrip("/"))
+    assert (result["text"], result["stop"], result["error"]) == (
+        "Bonjour, le monde 🌍",
+        "end_turn",
+        None,
+    )
+    assert [r.name for r in mock.recordings] == ["bedrock-converse/converse"]
