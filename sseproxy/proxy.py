@@ -26,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import __version__
+from .admin import admin_refusal
 from .capture import Capture, CaptureSettings, CaptureStore, redact_headers
 from .config import Route, Settings
 from .core import (
@@ -47,8 +48,9 @@ from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
 from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
-from .log import level_for, redact_query
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .log import json_ready, level_for
+from .metrics import Metrics
+from .redact import Secrets
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -238,6 +240,8 @@ class Exchange:
         self.view: StreamView | None = None
         self.span: Span | None = None
         self.request_id = uuid.uuid4().hex
+        # Rebuilt with the body once it is read; every sink gets what these redact.
+        self.secrets = Secrets.from_request(request.headers, request.raw_path, b"")
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
         self.route: Route | None = None
@@ -271,12 +275,12 @@ class Exchange:
             if name in upstream.headers:
                 self.upstream_request_id = upstream.headers[name]
                 break
-        self.response_headers = redact_headers(upstream.headers)
+        self.response_headers = redact_headers(upstream.headers, self.secrets)
         request = self.request
         self.view = StreamView(
             self.request_id,
             request.method,
-            request.path,
+            self.secrets.redact_target(request.raw_path),
             time.time(),
             self.timings.start,
             model=self.facts.model,
@@ -318,12 +322,12 @@ class Exchange:
         request = self.request
         record = verdict.to_dict()
         response_model = record.pop("model")
-        query = redact_query(request.query_string)
+        secrets = self.secrets
         fields: dict[str, Any] = {
             "request_id": self.request_id,
             "upstream_request_id": self.upstream_request_id,
             "method": request.method,
-            "path": request.path + (f"?{query}" if query else ""),
+            "path": secrets.redact_target(request.raw_path),
             "route": self.route.name if self.route else None,
             "upstream": self.route.upstream if self.route else None,
             "status": self.status,
@@ -336,15 +340,21 @@ class Exchange:
         }
         if self.inject_rules:
             fields["injected"] = [str(rule) for rule in self.inject_rules]
+        # Once; every sink below gets only this, redacted and serialisable as JSON.
+        fields = json_ready(secrets.redact(fields))
+        if verdict.error is not None:  # tracing reads the error message from the verdict
+            verdict = verdict.replace(error=ErrorInfo(**fields["error"]))
         log.log(level_for(verdict.state), "request.finished", **fields)
         self.state.metrics.observe(verdict, self.status, fields)
         inspector = self.state.inspector
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
+        text = secrets.redact_text(text) if text else text
         inspector.finished(self.request_id, fields, text)
         if self.span is not None and self.state.tracing is not None:
-            self.state.tracing.end(self.span, verdict, fields)
+            self.state.tracing.end(self.span, verdict, fields, request=self.request_body)
         if self.capture is not None and self.state.captures is not None:
-            self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
+            meta = self.capture_meta(verdict, fields)
+            self.state.captures.save(self.capture, meta, secrets)
 
     def capture_meta(self, verdict: Verdict, fields: dict[str, Any]) -> dict[str, Any]:
         request = self.request
@@ -352,12 +362,15 @@ class Exchange:
         return {
             "method": request.method,
             "path": fields["path"],
-            "request_headers": redact_headers(request.headers),
+            "request_headers": redact_headers(request.headers, self.secrets),
             "request_body_base64": self.state.captures.request_body(self.request_body),
             "status": self.status,
             "response_headers": self.response_headers,
             "dialect": str(verdict.dialect),
-            "content_encoding": self.response_headers.get("Content-Encoding"),
+            "content_encoding": next(
+                (v for k, v in self.response_headers.items() if k.lower() == "content-encoding"),
+                None,
+            ),
             "end": str(self.end) if self.end else None,
             "http_complete": self.http_complete,
             "verdict": verdict.to_dict(),
@@ -418,6 +431,7 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
         )
     exchange.facts = request_facts(request.path, request.query_string, body)
     exchange.request_body = body
+    exchange.secrets = exchange.secrets.with_body(body)
     try:
         exchange.inject_rules = injection_rules(request, route, settings)
     except InjectionError as exc:
@@ -430,7 +444,8 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
     )
     assert state.session is not None
     if state.tracing is not None:
-        exchange.span = state.tracing.start(request.headers, headers, request.method, request.path)
+        target = exchange.secrets.redact_target(request.raw_path)
+        exchange.span = state.tracing.start(request.headers, headers, request.method, target)
     try:
         async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
             upstream = await state.session.request(
@@ -636,21 +651,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
     if request.method == "CONNECT":
         return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return refuse(request, 400, "sseproxy_absolute_form", "only origin-form targets")
-    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
-        settings = request.app[SETTINGS]
-        if not is_loopback(settings.host):
-            token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
-            )
-            if not token or not given:
-                return json_error(403, "sseproxy_forbidden", "admin token required")
+    refused = admin_refusal(request, request.app[SETTINGS])
+    if refused is not None:
+        return refused
     return await handler(request)
 
 
@@ -673,8 +682,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[STATE].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Rendering every zero-initialised series takes milliseconds: not on the event loop.
+    render = request.app[STATE].metrics.render
+    body, content_type = await asyncio.to_thread(render, request.headers.get("Accept"))
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()  # gzip when the scraper accepts it, as Prometheus does
+    return response
 
 
 async def own_not_found(request: web.Request) -> web.Response:
@@ -688,7 +701,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
     captures = None
     if settings.capture_dir:
-        captures = CaptureStore(
+        captures = CaptureStore.open(
             CaptureSettings(
                 Path(settings.capture_dir),
                 settings.capture_max_bytes,
@@ -701,7 +714,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         from .tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)

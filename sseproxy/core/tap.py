@@ -101,7 +101,14 @@ class StreamTap:
             before = assembler.content_deltas
             try:
                 frames = sse.feed(chunk)
-                if frames:
+                if len(frames) == 1:  # the usual chunk: one event
+                    frame = frames[0]
+                    if type(frame) is Comment:
+                        self.comments += 1
+                    else:
+                        assembler.on_event(frame)  # type: ignore[arg-type]
+                        self.events += 1
+                elif frames:
                     on_event = assembler.on_event
                     comments = 0
                     for frame in frames:

@@ -104,9 +104,6 @@ def sniff_body(obj: Any) -> Dialect | None:
         obj = obj[0]
     if not isinstance(obj, dict):
         return None
-    if not isinstance(obj.get("type"), str | None):
-        # A non-string `type` names no event (and `[]` or `{}` would break `in` on a set).
-        obj = {k: v for k, v in obj.items() if k != "type"}
     for spec in SPECS:
         if spec.sniff is not None and spec.sniff(obj):
             return spec.dialect

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
@@ -34,6 +34,9 @@ USAGE_FIELDS = (
 
 class AnthropicMessagesAssembler(Assembler):
     dialect = Dialect.ANTHROPIC_MESSAGES
+    fast_path: ClassVar[bool] = (
+        True  # the short way for deltas below; tests switch it off to compare
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,6 +48,18 @@ class AnthropicMessagesAssembler(Assembler):
 
     def on_event(self, event: SSEEvent) -> None:
         obj = self.parse(event.data)
+        if (
+            event.type == "content_block_delta"
+            and self.fast_path
+            and type(obj) is dict
+            and obj.get("type") == "content_block_delta"
+            and not self.message_stop
+        ):
+            # Nearly every event: a delta named alike by `event:` and JSON. What the checks
+            # below would decide for it, decided at once.
+            self.last_event = "content_block_delta"
+            self.on_delta(obj)
+            return
         json_type = obj.get("type") if isinstance(obj, dict) else None
         # Classify by the `event:` name (as the SDK does); fall back to the JSON type.
         etype = event.type if event.type != "message" else json_type
@@ -110,12 +125,15 @@ class AnthropicMessagesAssembler(Assembler):
             self.server_tool_calls.append(name if isinstance(name, str) else str(btype))
 
     def on_delta(self, obj: dict[str, Any]) -> None:
-        index = self.index(obj.get("index"))
+        index = obj.get("index")
         delta = obj.get("delta")
-        if index is None or not isinstance(delta, dict):
-            return
-        if index not in self.blocks:
-            self.anomalies["delta_without_block_start"] += 1
+        if type(index) is not int or index not in self.blocks or type(delta) is not dict:
+            # Not the usual delta of a started block (whose index was checked at its start).
+            index = self.index(index)
+            if index is None or not isinstance(delta, dict):
+                return
+            if index not in self.blocks:
+                self.anomalies["delta_without_block_start"] += 1
         dtype = delta.get("type")
         if dtype == "text_delta":
             self.add_text((0, index), delta.get("text"))
@@ -219,6 +237,8 @@ SPEC = DialectSpec(
     ),
     path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
     event_types=EVENTS,
-    sniff=lambda obj: obj.get("type") in EVENTS or obj.get("type") == "message",
+    sniff=lambda obj: (
+        isinstance(obj.get("type"), str) and (obj["type"] in EVENTS or obj["type"] == "message")
+    ),
     otel_provider="anthropic",
 )

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+# Every name `filter_anomalies` yields.
+FILTER_ANOMALIES = ("content_filtered", "prompt_filtered", "content_filter_error")
+
 
 def filter_anomalies(chunk: dict[str, Any]) -> Iterator[str]:
     """Anomaly names for the filter annotations of one Chat chunk (Azure only)."""

@@ -196,6 +196,6 @@ SPEC = DialectSpec(
     ),
     path_suffixes=("/v2/chat",),
     event_types=frozenset(COHERE_EVENTS - {"debug"}),
-    sniff=lambda obj: obj.get("type") in COHERE_EVENTS - {"debug"},
+    sniff=lambda obj: isinstance(obj.get("type"), str) and obj["type"] in COHERE_EVENTS - {"debug"},
     otel_provider="cohere",
 )

@@ -6,7 +6,7 @@ Terminal evidence is per choice: every choice must carry a `finish_reason`, then
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
@@ -33,7 +33,7 @@ def chat_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIChatAssembler(Assembler):
     dialect = Dialect.OPENAI_CHAT
-    fast_path = True  # see fastpath.py; tests switch it off to compare
+    fast_path: ClassVar[bool] = True  # see fastpath.py; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,8 +86,8 @@ class OpenAIChatAssembler(Assembler):
         usage = obj.get("usage") or dig(obj, "x_groq", "usage")
         if isinstance(usage, dict):
             self.usage = chat_usage(usage)
-        for name in filter_anomalies(obj):
-            self.anomalies[name] += 1
+        for filter_anomaly in filter_anomalies(obj):
+            self.anomalies[filter_anomaly] += 1
         choices = obj.get("choices")
         if not isinstance(choices, list):
             return

@@ -155,5 +155,5 @@ SPEC = DialectSpec(
         ),
     ),
     response_headers=("x-vercel-ai-ui-message-stream",),
-    sniff=lambda obj: obj.get("type") in PARTS,
+    sniff=lambda obj: isinstance(obj.get("type"), str) and obj["type"] in PARTS,
 )
