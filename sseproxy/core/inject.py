@@ -15,17 +15,20 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
 - `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
   `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
-  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`.
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`,
+  Bedrock Converse `messageStop`, the Bedrock Invoke chunk holding `message_stop` or the
+  invocation metrics, Cohere `message-end` (each dialect's spec says which).
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
   ends: Anthropic `overloaded_error`, Chat `{"error": ...}`, Responses `error`, Gemini 503
-  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`.
+  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`, Bedrock a
+  `modelStreamErrorException` message, Cohere `message-end` with `ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
 - `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
 
-Event rules work on whole events (blank-line framing, or lines for NDJSON); byte rules then cut
-the resulting bytes into writes.
+Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
+streams); byte rules then cut the resulting bytes into writes.
 """
 
 from __future__ import annotations
