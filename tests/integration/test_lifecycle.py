@@ -92,6 +92,16 @@ class Stream:
         return self.received
 
 
+def served(port: int) -> bool:
+    """Whether a new request gets any HTTP response (refused, reset or closed: it does not)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            sock.sendall(b"GET /_sseproxy/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            return sock.recv(65536).startswith(b"HTTP/")
+    except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,14 +226,14 @@ def test_streams_that_end_within_the_grace_end_cleanly_and_the_process_exits(
 
 
 def test_no_new_connections_after_the_first_signal(upstream: HeldUpstream) -> None:
-    """Stop accepting at once: during the grace the port refuses connections."""
+    """Stop accepting at once: during the grace no new request is served."""
     with Proxy("--upstream", upstream.url, "--shutdown-grace", str(TIMEOUT * 4)) as proxy:
         proxy.wait_for("proxy.started")
         stream = Stream(proxy.port, "held")
+        assert served(proxy.port)
         proxy.proc.send_signal(signal.SIGTERM)
         proxy.wait_for("proxy.stopping")
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT).close()
+        assert not served(proxy.port)
         upstream.release.set()
         stream.rest()
         proxy.finish()
