@@ -1,6 +1,6 @@
 """End-to-end proxy benchmark: direct vs naive pass-through vs sseproxy, interleaved rounds.
 
-`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst] [--quick]`
+`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r] [--quick]`
 
 Every candidate runs as its own process beside one upstream process and one load-generator
 process, all on loopback. Per round and candidate: the load generator's latency figures, and
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import platform
 import socket
@@ -52,6 +53,9 @@ SCENARIOS = {
     # Hundreds of connects at once: an accept queue that overflows costs a SYN retransmission
     # (~1 s) to the streams beyond it, which shows in TTFB p99.
     "burst": Scenario("burst: 500 connects within 50 ms, 20 x @ 50 ms", 500, 20, 50, spread=0.05),
+    # Short requests: what each request costs beyond its events (verdict, record, log, metrics,
+    # and the setup of its analysis), as CPU per request over the floor's.
+    "r": Scenario("r: 2,000 requests of 1 event, over 2 s", 2000, 1, 0, spread=2.0),
     "anthropic": Scenario(
         "b': 500 x 100 @ 50 ms, Anthropic", 500, 100, 50, spread=2.0, dialect="anthropic"
     ),
@@ -185,6 +189,7 @@ def measure(kind: str, s: Scenario, upstream: str, logdir: Path) -> dict[str, fl
         result["cpu_s"] = cpu_seconds(proc.pid) - before
         result["peak_rss_mb"] = peak_rss_mb(proc.pid)
         result["cpu_us_per_event"] = result["cpu_s"] / max(result["events"], 1) * 1e6
+        result["cpu_us_per_request"] = result["cpu_s"] / max(result["streams"], 1) * 1e6
         result["cpu_s_per_mb"] = result["cpu_s"] / max(result["bytes"] / 1e6, 1e-9)
     finally:
         proc.terminate()
@@ -195,6 +200,12 @@ def measure(kind: str, s: Scenario, upstream: str, logdir: Path) -> dict[str, fl
 def med(rounds: list[dict[str, float]], key: str) -> float:
     values = [r[key] for r in rounds if key in r]
     return statistics.median(values) if values else float("nan")
+
+
+def cell(rounds: list[dict[str, float]], key: str, spec: str) -> str:
+    """A process figure, or a dash for `direct`, which has no proxy process."""
+    value = med(rounds, key)
+    return "–" if math.isnan(value) else format(value, spec)
 
 
 def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) -> None:
@@ -215,8 +226,8 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
             f"{med(rounds, 'events_per_s'):,.0f} | {med(rounds, 'mb_per_s'):.1f} | "
             f"{med(rounds, 'ttfb_p50_ms'):.2f} | {med(rounds, 'ttfb_p99_ms'):.2f} | "
             f"{added(rounds, 'lat_p50_ms'):+.2f} | {added(rounds, 'lat_p99_ms'):+.2f} | "
-            f"{med(rounds, 'lat_max_ms'):.1f} | {med(rounds, 'cpu_us_per_event'):.1f} | "
-            f"{med(rounds, 'cpu_s_per_mb'):.3f} | {med(rounds, 'peak_rss_mb'):.0f} |"
+            f"{med(rounds, 'lat_max_ms'):.1f} | {cell(rounds, 'cpu_us_per_event', '.1f')} | "
+            f"{cell(rounds, 'cpu_s_per_mb', '.3f')} | {cell(rounds, 'peak_rss_mb', '.0f')} |"
         )
     floor_kind = NAIVE_UVLOOP if NAIVE_UVLOOP in results else NAIVE_ASYNCIO
     naive, ours = results[floor_kind], results[SSEPROXY]
@@ -261,6 +272,13 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
         targets.append(("events/s >= 0.8x floor", f"{rate_naive:.2f}x", rate_naive >= 0.8))
     elif key == "e":
         targets.append(("CPU/event <= floor + 2 µs", f"{cpu_extra:+.1f} µs", cpu_extra <= 2))
+    elif key == "r":
+        per_request = med(ours, "cpu_us_per_request") - med(naive, "cpu_us_per_request")
+        print(
+            f"CPU per request: sseproxy {med(ours, 'cpu_us_per_request'):.0f} µs, "
+            f"{floor_kind} {med(naive, 'cpu_us_per_request'):.0f} µs"
+        )
+        targets.append(("per-request cost <= 50 µs", f"{per_request:+.0f} µs", per_request <= 50))
     elif key == "burst":
         targets.append(("TTFB p99 <= 1.5x floor's", f"{ttfb99:.2f}x", ttfb99 <= 1.5))
     print(
@@ -272,7 +290,7 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--scenarios", default="a,b,c,d,e,burst")
+    parser.add_argument("--scenarios", default="a,b,c,d,e,burst,r")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", metavar="FILE", help="also write every round's figures here")
     args = parser.parse_args()
