@@ -2,8 +2,9 @@
 
 A synthetic Chat Completions stream (CJK text, ~6.5 MB) cut into random chunks of 1-4096 bytes
 with a fixed seed is fed to: a naive bytes split (incorrect: ignores CR and multi-line data),
-openai-python's SSE decoder, httpx-sse's decoder, sseproxy's framing decoder alone, and
-sseproxy's full tap (framing + JSON + Chat assembly). Rounds are interleaved; medians reported.
+openai-python's SSE decoder, httpx-sse's decoder, sseproxy's framing decoder alone (and with
+its LF-only block path turned off), and sseproxy's full tap (framing + JSON + Chat assembly).
+Rounds are interleaved; medians reported.
 Needs the `bench` extra (httpx-sse, openai).
 """
 
@@ -99,6 +100,14 @@ def sseproxy_decoder(chunks: list[bytes]) -> int:
     return events
 
 
+def sseproxy_line_path(chunks: list[bytes]) -> int:
+    decoder, events = SSEDecoder(block_path=False), 0
+    for chunk in chunks:
+        events += len(decoder.feed(chunk))
+    decoder.finish()
+    return events
+
+
 def sseproxy_tap(chunks: list[bytes]) -> int:
     tap = StreamTap(Dialect.OPENAI_CHAT)
     for chunk in chunks:
@@ -113,6 +122,7 @@ CANDIDATES: dict[str, Callable[[list[bytes]], int]] = {
     "openai-python SSEDecoder": openai_decoder,
     "httpx-sse": httpx_sse_decoder,
     "sseproxy SSEDecoder": sseproxy_decoder,
+    "sseproxy SSEDecoder, line path only": sseproxy_line_path,
     "sseproxy tap (framing + JSON + Chat)": sseproxy_tap,
 }
 

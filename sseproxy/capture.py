@@ -1,6 +1,10 @@
 """Capture to disk: each response body exactly as received, and a JSON sidecar with its chunk
 timing and verdict, so a failure seen once can be replayed (`sseproxy replay X.json`) or served
-to an app again (`sseproxy mock`). Bounded per capture and for the whole directory."""
+to an app again (`sseproxy mock`). Bounded per capture and for the whole directory.
+
+Nothing is written unredacted: headers off the allowlist are redacted, the request's credential
+values are masked in the body files with as many bytes (offsets and replay stay exact), and the
+sidecar goes through the request's `Secrets` as a whole."""
 
 from __future__ import annotations
 
@@ -8,8 +12,11 @@ import asyncio
 import base64
 import contextlib
 import os
+import re
+import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +24,16 @@ from typing import Any
 import orjson
 import structlog
 
-from .log import REDACTED, SECRET_KEYS
+from .core.encoding import BodyDecoder, ContentDecodingError
+from .log import json_safe
+from .redact import REDACTED, SENSITIVE_NAME, Secrets
 
 logger = structlog.get_logger("sseproxy")
 FORMAT_VERSION = 1
 # Chunk index entries kept per capture; past it the body is still captured up to its cap.
 MAX_INDEX_ENTRIES = 200_000
+# Decoded bytes of one compressed capture searched for credentials; beyond, it is withheld.
+MAX_DECODED_CHECK_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +44,51 @@ class CaptureSettings:
     request_bodies: bool = False
 
 
-def redact_headers(headers: Any) -> dict[str, str]:
+# Headers kept verbatim: what a replay or a bug report needs, never a credential.
+VERBATIM_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "cache-control",
+        "cf-ray",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "date",
+        "keep-alive",
+        "request-id",
+        "retry-after",
+        "server",
+        "transfer-encoding",
+        "user-agent",
+        "vary",
+        "via",
+        "x-amzn-requestid",
+        "x-generation-id",
+        "x-goog-request-id",
+        "x-request-id",
+    }
+)
+# Families kept verbatim too (rate limits name their `tokens`), unless the name says credential.
+VERBATIM_PREFIXES = ("openai-", "anthropic-ratelimit-", "x-ratelimit-", "x-stainless-")
+_CREDENTIAL_NAME = re.compile(r"auth|key|secret|cookie|session|password", re.IGNORECASE)
+
+
+def redact_headers(headers: Mapping[str, str], secrets: Secrets) -> dict[str, str]:
+    """Headers as a capture keeps them: the allowlist verbatim, any name that says credential
+    (auth, key, token, secret, cookie, session) redacted, the rest through `secrets`."""
     out: dict[str, str] = {}
     for name, value in headers.items():
-        out[str(name)] = REDACTED if name.lower() in SECRET_KEYS else value
+        lower = name.lower()
+        if lower in VERBATIM_HEADERS or (
+            lower.startswith(VERBATIM_PREFIXES) and not _CREDENTIAL_NAME.search(lower)
+        ):
+            out[str(name)] = value
+        elif SENSITIVE_NAME.search(lower):
+            out[str(name)] = REDACTED
+        else:
+            out[str(name)] = secrets.redact_text(value)
     return out
 
 
@@ -64,7 +116,9 @@ class Capture:
         else:
             self.truncated = True
 
-    def sidecar(self, meta: dict[str, Any], body_file: str) -> dict[str, Any]:
+    def sidecar(
+        self, meta: dict[str, Any], body_file: str, withheld: str | None = None
+    ) -> dict[str, Any]:
         return {
             "format": "sseproxy-capture",
             "version": FORMAT_VERSION,
@@ -72,18 +126,36 @@ class Capture:
             "started_at": self.started_at,
             **meta,
             "body_file": body_file,
-            "body_bytes": self.size,
+            "body_bytes": 0 if withheld else self.size,
             "truncated": self.truncated,
+            **({"body_withheld": withheld} if withheld else {}),
             "chunks": self.index,
         }
 
 
 class CaptureStore:
     def __init__(self, settings: CaptureSettings) -> None:
+        """Raises OSError when the directory cannot be created or written to."""
         self.settings = settings
         settings.directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=settings.directory):
+            pass  # a directory we cannot write to fails now, not at the first capture
         self.pending: set[asyncio.Task[None]] = set()
         self._trim = threading.Lock()  # writer threads trim the directory one at a time
+
+    @classmethod
+    def open(cls, settings: CaptureSettings) -> CaptureStore | None:
+        """The store, or None with one warning when its directory is unusable: the proxy
+        still starts, without capture."""
+        try:
+            return cls(settings)
+        except OSError as exc:
+            logger.warning(
+                "capture.disabled",
+                directory=str(settings.directory),
+                error=f"{type(exc).__name__}: {exc.strerror or exc}",
+            )
+            return None
 
     def new(self, request_id: str, start: float) -> Capture:
         return Capture(self.settings, request_id, start)
@@ -91,9 +163,12 @@ class CaptureStore:
     def request_body(self, body: bytes) -> str | None:
         return base64.b64encode(body).decode() if self.settings.request_bodies else None
 
-    def save(self, capture: Capture, meta: dict[str, Any]) -> None:
-        """Write in a worker thread: disk latency never touches the event loop."""
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._write, capture, meta))
+    def save(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
+        """Write in a worker thread: disk latency never touches the event loop. Everything
+        written goes through `secrets`, whether or not `meta` was redacted already."""
+        task = asyncio.get_running_loop().create_task(
+            asyncio.to_thread(self._write, capture, meta, secrets)
+        )
         self.pending.add(task)
         task.add_done_callback(self._done)
 
@@ -106,14 +181,23 @@ class CaptureStore:
         if self.pending:
             await asyncio.gather(*self.pending, return_exceptions=True)
 
-    def _write(self, capture: Capture, meta: dict[str, Any]) -> None:
+    def _write(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(capture.started_at))
         stem = f"{stamp}-{capture.request_id}"
         directory = self.settings.directory
-        (directory / f"{stem}.body").write_bytes(b"".join(capture.parts))
-        sidecar = capture.sidecar(meta, f"{stem}.body")
+        body, withheld = masked_body(capture, meta.get("content_encoding"), secrets)
+        (directory / f"{stem}.body").write_bytes(body)
+        request_body = meta.get("request_body_base64")
+        if isinstance(request_body, str):
+            masked = secrets.mask(base64.b64decode(request_body))
+            meta = {**meta, "request_body_base64": base64.b64encode(masked).decode()}
+        sidecar = capture.sidecar(secrets.redact(meta), f"{stem}.body", withheld)
         partial = directory / f".{stem}.json.partial"
-        partial.write_bytes(orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str))
+        try:
+            text = orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str)
+        except TypeError:  # what JSON cannot carry (a non-UTF-8 header value, ...) replaced
+            text = orjson.dumps(json_safe(sidecar), option=orjson.OPT_INDENT_2, default=str)
+        partial.write_bytes(text)
         partial.rename(directory / f"{stem}.json")  # readers never see a half-written sidecar
         with self._trim:
             self._enforce_total()
@@ -134,6 +218,43 @@ class CaptureStore:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
                 total -= size
+
+
+def masked_body(
+    capture: Capture, encoding: str | None, secrets: Secrets
+) -> tuple[bytes, str | None]:
+    """The body to write, and why it is withheld if it is.
+
+    The whole body is masked at once, so a value split across two chunks is still found. A
+    compressed body cannot be masked in place without breaking it: it is searched decoded,
+    and withheld (an empty body file) when it holds a credential or cannot be searched."""
+    body = b"".join(capture.parts)
+    if not secrets.values:
+        return body, None
+    try:
+        decoder = BodyDecoder(encoding if isinstance(encoding, str) else None)
+    except ContentDecodingError as exc:
+        return b"", f"cannot be searched for credentials: {exc}"
+    if decoder.identity:
+        return secrets.mask(body, cut=capture.truncated), None
+    longest = max(len(raw) for raw in secrets.raw)
+    tail, decoded = b"", 0
+    try:
+        piece = decoder.decode(body)
+        while True:
+            decoded += len(piece)
+            if decoded > MAX_DECODED_CHECK_BYTES:
+                return b"", "decodes to more than can be searched for credentials"
+            window = tail + piece
+            if secrets.found_in(window):
+                return b"", f"{decoder.encoding} body holds a credential of the request"
+            tail = window[-(longest - 1) :]
+            if not decoder.pending:
+                break
+            piece = decoder.decode(b"")
+    except ContentDecodingError:
+        pass  # what did decode was searched; the rest is undecodable for everyone
+    return body, None
 
 
 def load_capture(path: Path) -> tuple[dict[str, Any], bytes]:

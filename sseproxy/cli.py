@@ -1,94 +1,215 @@
-"""Command line: `sseproxy [serve]` and `sseproxy replay`. Parsing only; the work is elsewhere."""
+"""Command line: `sseproxy [serve]`, `replay`, `mock` and `demo`. Parsing only; the work is
+elsewhere. Every flag's help names its default, taken from the code that applies it."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import ConfigError, load
+from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load
 from .core import Dialect
 
 COMMANDS = ("serve", "replay", "mock", "demo")
+DEFAULTS = Settings()
+SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+DIALECTS = tuple(d.value for d in Dialect)
+DEMO_LOG_FORMAT = "console"
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A `serve` flag for one setting; its type and default come from `Settings`."""
+
+    setting: str
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+SERVE_FLAGS = (
+    Flag("listen", "address to listen on", "HOST:PORT"),
+    Flag("allow_remote", "listen on a non-loopback address without a warning"),
+    Flag(
+        "allowed_hosts",
+        "Host names, besides loopback, that the /_sseproxy/ endpoints answer (comma-separated)",
+        "HOST[,HOST...]",
+    ),
+    Flag("upstream", "send every path to this one upstream, ignoring the routes", "URL"),
+    Flag(
+        "log_format",
+        "record format; auto: JSON unless stdout is a terminal",
+        None,
+        ("auto", "json", "console"),
+    ),
+    Flag("log_level", "lowest level logged", None, ("debug", "info", "warning", "error")),
+    Flag("idle_timeout", "seconds without an upstream byte before a stream is cut", "SECONDS"),
+    Flag("connect_timeout", "seconds to open the upstream connection (TCP + TLS)", "SECONDS"),
+    Flag("dialect", "force one API dialect for every request", None, ("auto", *DIALECTS)),
+    Flag("max_request_body_bytes", "larger request bodies get 413", "N"),
+    Flag("max_event_bytes", "a larger SSE event is forwarded but not analysed", "N"),
+    Flag("max_concurrent_streams", "beyond this many requests in flight, 503", "N"),
+    Flag("backlog", "listen backlog; 0: the system's somaxconn", "N"),
+    Flag("shutdown_grace", "seconds in-flight streams get after SIGTERM/SIGINT", "SECONDS"),
+    Flag(
+        "content_timeout",
+        "seconds without a content delta (after the first byte) while keep-alives still arrive "
+        "that count as a content stall; unset: off",
+        "SECONDS",
+    ),
+    Flag(
+        "content_stall_action",
+        "on a content stall: log it (anomaly content_stall) or cut the stream",
+        None,
+        ("log", "cut"),
+    ),
+    Flag(
+        "event_loop", "event loop; auto: uvloop when installed", None, ("auto", "asyncio", "uvloop")
+    ),
+    Flag("allow_inject", "let requests choose drill faults with the x-sseproxy-inject header"),
+    Flag("inject", "drill faults applied to every request sent to --upstream", "RULES"),
+    Flag("keep_content", "show assembled text in the inspector page"),
+    Flag("capture_dir", "capture every response body and a JSON sidecar in this folder", "DIR"),
+    Flag("capture_max_bytes", "body bytes kept per capture", "N"),
+    Flag("capture_max_total_bytes", "bytes kept in the capture folder, oldest deleted first", "N"),
+    Flag("capture_request_bodies", "also capture request bodies (they hold prompts)"),
+    Flag("metrics_models", "model names allowed as a metrics label (comma-separated)", "NAMES"),
+    Flag("otel_endpoint", "export one OpenTelemetry span per request to this OTLP/HTTP URL", "URL"),
+    Flag("otel_service_name", "OpenTelemetry service.name", "NAME"),
+)
+
+
+def shown(value: Any) -> str:
+    """A default as a reader wants to see it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in (None, "", ()):
+        return "none"
+    if isinstance(value, int) and value >= 1024 * 1024 and value % (1024 * 1024) == 0:
+        return f"{value} = {value // (1024 * 1024)} MiB"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    return str(value)
 
 
 def _serve_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="run the proxy (the default command)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (127.0.0.1:8790)")
-    p.add_argument("--upstream", metavar="URL", help="send every path to this upstream")
-    p.add_argument("--config", metavar="FILE", help="TOML config file")
-    p.add_argument("--log-format", choices=("auto", "json", "console"))
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    p.add_argument("--idle-timeout", type=float, metavar="SECONDS")
-    p.add_argument("--connect-timeout", type=float, metavar="SECONDS")
-    p.add_argument("--dialect", choices=("auto", *[d.value for d in Dialect]))
-    p.add_argument("--max-request-body-bytes", type=int, metavar="N")
-    p.add_argument("--max-event-bytes", type=int, metavar="N")
-    p.add_argument("--max-concurrent-streams", type=int, metavar="N")
-    p.add_argument("--shutdown-grace", type=float, metavar="SECONDS")
-    p.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"))
-    p.add_argument(
-        "--allow-inject",
-        action="store_true",
-        default=None,
-        help="let requests choose drill faults with the x-sseproxy-inject header",
-    )
-    p.add_argument("--inject", metavar="RULES", help="drill faults for every request")
-    p.add_argument("--otel-endpoint", metavar="URL", help="OTLP/HTTP traces endpoint")
-    p.add_argument(
-        "--keep-content",
-        action="store_true",
-        default=None,
-        help="show assembled text in the inspector page",
-    )
-    p.add_argument("--capture", dest="capture_dir", metavar="DIR", help="capture bodies here")
-    p.add_argument("--capture-max-bytes", type=int, metavar="N")
-    p.add_argument("--capture-max-total-bytes", type=int, metavar="N")
-    p.add_argument(
-        "--capture-request-bodies",
-        action="store_true",
-        default=None,
-        help="also capture request bodies (they hold prompts)",
+    p = sub.add_parser(
+        "serve",
+        help="run the proxy (the default command)",
+        description="Run the proxy. Settings: bundled defaults < --config FILE < "
+        "SSEPROXY_* environment < these flags.",
     )
     p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        default=None,
-        help="listen on a non-loopback address without a warning",
+        "--config",
+        metavar="FILE",
+        help="TOML file overriding the bundled defaults key by key; its [[routes]], if any, "
+        f"replace the default routes (default: none; env {ENV_PREFIX}CONFIG)",
     )
+    for flag in SERVE_FLAGS:
+        default = getattr(DEFAULTS, flag.setting)
+        option = flag_name(flag.setting)
+        text = f"{flag.help} (default: {shown(default)}; env {ENV_PREFIX}{flag.setting.upper()})"
+        if isinstance(default, bool):
+            p.add_argument(
+                option, dest=flag.setting, action=argparse.BooleanOptionalAction, help=text
+            )
+        elif flag.choices:
+            p.add_argument(option, dest=flag.setting, choices=flag.choices, help=text)
+        else:
+            kind = type(default) if isinstance(default, int | float) else str
+            if default is None and "float" in str(SETTING_TYPES[flag.setting]):
+                kind = float  # an optional duration
+            p.add_argument(option, dest=flag.setting, type=kind, metavar=flag.metavar, help=text)
 
 
 def _replay_parser(sub: Any) -> None:
     p = sub.add_parser("replay", help="feed a saved response body through the core")
     p.add_argument("file", help="a response body, byte for byte, or a capture's .json sidecar")
-    p.add_argument("--dialect", default="auto", choices=("auto", *[d.value for d in Dialect]))
+    p.add_argument(
+        "--dialect",
+        default="auto",
+        choices=("auto", *DIALECTS),
+        help="the body's API dialect (default: auto, detected; a sidecar's recorded one)",
+    )
     chunking = p.add_mutually_exclusive_group()
-    chunking.add_argument("--chunk-size", type=int, metavar="N", help="feed N bytes at a time")
-    chunking.add_argument("--random-chunks", type=int, metavar="SEED", help="random chunk sizes")
-    p.add_argument("--events", action="store_true", help="print each SSE event as a JSON line")
-    p.add_argument("--content", action="store_true", help="print the assembled content")
+    chunking.add_argument(
+        "--chunk-size",
+        type=int,
+        metavar="N",
+        help="feed N bytes at a time (default: a sidecar's recorded chunking, else all at once)",
+    )
+    chunking.add_argument(
+        "--random-chunks",
+        type=int,
+        metavar="SEED",
+        help="feed random chunk sizes drawn with this seed (default: off)",
+    )
+    p.add_argument(
+        "--events", action="store_true", help="print each SSE event as a JSON line (default: off)"
+    )
+    p.add_argument(
+        "--content", action="store_true", help="print the assembled content (default: off)"
+    )
 
 
 def _mock_parser(sub: Any) -> None:
+    from .mock import DEFAULT_LISTEN, DEFAULT_SPEED, samples_dir
+
     p = sub.add_parser("mock", help="serve recorded streams as a fake upstream")
-    p.add_argument("paths", nargs="+", help="capture sidecars (.json), body files, or folders")
-    p.add_argument("--listen", default="127.0.0.1:8791", metavar="HOST:PORT")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        help="capture sidecars (.json), body files, or folders of them, searched recursively "
+        f"(default: the bundled samples in {samples_dir()})",
+    )
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address to listen on (default: {DEFAULT_LISTEN})",
+    )
     timing = p.add_mutually_exclusive_group()
-    timing.add_argument("--speed", type=float, default=1.0, help="replay X times faster")
-    timing.add_argument("--no-delay", action="store_true", help="send as fast as possible")
-    p.add_argument("--dialect", choices=[d.value for d in Dialect], help="for body files")
-    p.add_argument("--allow-inject", action="store_true", help="honour x-sseproxy-inject")
-    p.add_argument("--inject", default="", metavar="RULES", help="faults for every stream")
+    timing.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help=f"replay the recorded timing X times faster (default: {DEFAULT_SPEED:g})",
+    )
+    timing.add_argument(
+        "--no-delay", action="store_true", help="send as fast as possible (default: off)"
+    )
+    p.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        help="dialect of raw body files (default: detected from each file)",
+    )
+    p.add_argument(
+        "--allow-inject",
+        action="store_true",
+        help="honour the x-sseproxy-inject request header (default: off)",
+    )
+    p.add_argument(
+        "--inject",
+        default="",
+        metavar="RULES",
+        help="drill faults applied to every stream (default: none)",
+    )
 
 
 def _demo_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="see sseproxy work on bundled streams, offline")
-    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    p.add_argument(
+        "--log-format",
+        choices=("console", "json"),
+        default=DEMO_LOG_FORMAT,
+        help=f"how the records are printed (default: {DEMO_LOG_FORMAT})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from . import demo
 
-        return asyncio.run(demo.run(args.log_format))
+        return demo.main(args.log_format)
     return _serve(args)
 
 
@@ -129,12 +250,13 @@ def _mock(args: argparse.Namespace) -> int:
 
     from .config import split_listen
     from .core.inject import InjectionError, parse_rules
-    from .mock import MockServer, load_recordings
+    from .mock import MockServer, load_recordings, samples_dir
 
     try:
         rules = parse_rules(args.inject)
         recordings = load_recordings(
-            [Path(p) for p in args.paths], Dialect(args.dialect) if args.dialect else None
+            [Path(p) for p in args.paths] or [samples_dir()],
+            Dialect(args.dialect) if args.dialect else None,
         )
         server = MockServer(
             recordings, 0.0 if args.no_delay else args.speed, args.allow_inject, rules
@@ -144,11 +266,15 @@ def _mock(args: argparse.Namespace) -> int:
         print(f"sseproxy mock: {exc}", file=sys.stderr)
         return 2
     names = ", ".join(r.name for r in recordings)
-    print(
-        f"sseproxy mock: serving {len(recordings)} streams on http://{host}:{port} ({names})",
-        file=sys.stderr,
-    )
-    web.run_app(server.app(), host=host, port=port, print=None, access_log=None)
+
+    def started(_: str) -> None:  # aiohttp calls this once the socket listens
+        print(
+            f"sseproxy mock: serving {len(recordings)} streams on http://{host}:{port} ({names})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    web.run_app(server.app(), host=host, port=port, print=started, access_log=None)
     return 0
 
 
@@ -157,7 +283,10 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .replay import EXIT_USAGE, ReplayOptions, replay
 
     if args.chunk_size is not None and args.chunk_size < 1:
-        print("sseproxy replay: --chunk-size must be at least 1", file=sys.stderr)
+        print(
+            f"sseproxy replay: --chunk-size must be at least 1, not {args.chunk_size}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     capture = None
     try:
@@ -166,10 +295,10 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         else:
             data = Path(args.file).read_bytes()
     except OSError as exc:
-        print(f"sseproxy replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        print(f"sseproxy replay: cannot read {args.file!r}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
     except (ValueError, KeyError) as exc:
-        print(f"sseproxy replay: {args.file}: not a capture sidecar ({exc})", file=sys.stderr)
+        print(f"sseproxy replay: {args.file!r}: not a capture sidecar ({exc})", file=sys.stderr)
         return EXIT_USAGE
     options = ReplayOptions(
         dialect=None if args.dialect == "auto" else Dialect(args.dialect),
@@ -184,35 +313,11 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .server import run
 
-    overrides = {
-        key: getattr(args, key)
-        for key in (
-            "listen",
-            "upstream",
-            "log_format",
-            "log_level",
-            "idle_timeout",
-            "connect_timeout",
-            "dialect",
-            "max_request_body_bytes",
-            "max_event_bytes",
-            "max_concurrent_streams",
-            "shutdown_grace",
-            "event_loop",
-            "allow_remote",
-            "capture_dir",
-            "capture_max_bytes",
-            "capture_max_total_bytes",
-            "capture_request_bodies",
-            "allow_inject",
-            "inject",
-            "keep_content",
-            "otel_endpoint",
-        )
-    }
+    overrides = {flag.setting: getattr(args, flag.setting) for flag in SERVE_FLAGS}
     try:
         settings = load(args.config, os.environ, overrides)
     except ConfigError as exc:
-        print(f"sseproxy: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"sseproxy: config: {problem}", file=sys.stderr)
         return 2
     return run(settings)

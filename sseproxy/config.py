@@ -1,11 +1,16 @@
 """Settings: defaults < TOML file < SSEPROXY_* environment < command-line flags.
 
-`load()` gathers every problem and raises one `ConfigError` listing them all.
+The bundled file (`data/sseproxy.toml`) holds the defaults; a `--config` file overrides it key
+by key, and replaces the routes only when it defines `[[routes]]`. `load()` gathers every
+problem and raises one `ConfigError` listing them all, each naming the key and quoting the value.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib.util
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -15,12 +20,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from yarl import URL
+
 from .core.inject import InjectionError, parse_rules
 from .core.verdict import Dialect
 
 ENV_PREFIX = "SSEPROXY_"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+TOP_LEVEL_KEYS = ("server", "routes")
+ROUTE_KEYS = ("name", "paths", "upstream", "strip_prefix", "dialect", "inject")
+# What an origin-form request target may hold once aiohttp accepted it: printable ASCII
+# without space or '#'. Anything else is refused rather than re-encoded.
+TARGET_CHARS = re.compile(r"/[\x21\x22\x24-\x7e]*")
+FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
+PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 class ConfigError(ValueError):
@@ -29,18 +44,28 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
+def mask_userinfo(url: str) -> str:
+    """`https://user:pass@host/x` -> `https://***@host/x`: URLs are printed, secrets are not."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Requests whose path matches one of `paths` go to `upstream`.
+    """Requests whose path matches one of `paths` go to `url`.
 
     A pattern is a literal path where `{name}` matches one path segment (colons allowed, as in
-    Gemini's `{model}:{method}`) and a trailing `*` matches any rest. `strip_prefix` is removed
-    from the path before it is appended to the upstream URL.
+    Gemini's `{model}:{method}`) and a trailing `/*` matches any rest. `strip_prefix` is removed
+    from the path, on a segment boundary, before it is appended to the upstream's path.
+    `upstream` is the URL as printed (userinfo masked); `url` is the real one.
     """
 
     name: str
     paths: tuple[str, ...]
     upstream: str
+    url: URL
     strip_prefix: str = ""
     dialect: Dialect | None = None
     inject: str = ""
@@ -49,11 +74,33 @@ class Route:
     def matches(self, path: str) -> bool:
         return any(rx.fullmatch(path) for rx in self._regexes)
 
-    def target(self, path: str, query: str) -> str:
-        if self.strip_prefix and path.startswith(self.strip_prefix):
-            path = path[len(self.strip_prefix) :] or "/"
-        url = self.upstream.rstrip("/") + path
-        return f"{url}?{query}" if query else url
+    def target(self, raw_path: str) -> URL:
+        """The upstream URL for a client's raw request target (`request.raw_path`).
+
+        Scheme, host and port come only from the route; the client's path and query are
+        appended as the bytes it sent, never decoded, so `%2F` or `%3F` cannot change what the
+        upstream sees and no path can name another host. Raises ValueError otherwise.
+        """
+        if not TARGET_CHARS.fullmatch(raw_path):
+            raise ValueError(f"not an origin-form request target: {raw_path!r}")
+        path, _, query = raw_path.partition("?")
+        prefix = self.strip_prefix
+        if prefix not in ("", "/") and (path == prefix or path.startswith(prefix + "/")):
+            path = path[len(prefix) :] or "/"
+        base = self.url
+        url = URL.build(
+            scheme=base.scheme,
+            authority=base.raw_authority,
+            path=base.raw_path.rstrip("/") + path,
+            query_string=query,
+            encoded=True,
+        )
+        # Belt and braces: the URL as built, and as its text would be parsed again.
+        origin = (base.scheme, base.host, base.port)
+        for candidate in (url, URL(str(url))):
+            if (candidate.scheme, candidate.host, candidate.port) != origin:
+                raise ValueError(f"{raw_path!r} would leave route {self.name!r}'s upstream")
+        return url
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "paths": list(self.paths), "upstream": self.upstream}
@@ -78,22 +125,32 @@ def make_route(
     inject: str = "",
 ) -> Route:
     regexes = tuple(compile_pattern(p) for p in paths)
-    return Route(name, paths, upstream, strip_prefix, dialect, inject, regexes)
+    url = URL(upstream)
+    return Route(name, paths, mask_userinfo(upstream), url, strip_prefix, dialect, inject, regexes)
+
+
+@functools.lru_cache(maxsize=8)
+def _upstream_route(upstream: str, inject: str) -> Route:
+    return make_route("upstream", ("/*",), upstream, inject=inject)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     listen: str = "127.0.0.1:8790"
     allow_remote: bool = False
+    allowed_hosts: tuple[str, ...] = ()
     upstream: str | None = None
     log_format: str = "auto"
     log_level: str = "info"
     idle_timeout: float = 600.0
+    content_timeout: float | None = None
+    content_stall_action: str = "log"
     connect_timeout: float = 30.0
     max_request_body_bytes: int = 32 * 1024 * 1024
     max_event_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 2000
-    shutdown_grace: float = 10.0
+    backlog: int = 0  # 0: the system's somaxconn, read by the server at startup
+    shutdown_grace: float = 8.0  # Docker's default stop timeout is 10 s
     admin_token: str = ""
     dialect: str = "auto"
     capture_dir: str = ""
@@ -117,9 +174,14 @@ class Settings:
     def port(self) -> int:
         return split_listen(self.listen)[1]
 
+    @property
+    def public_upstream(self) -> str | None:
+        """`upstream` as it may be printed: userinfo masked."""
+        return mask_userinfo(self.upstream) if self.upstream else None
+
     def route_for(self, path: str) -> Route | None:
         if self.upstream:
-            return make_route("upstream", ("/*",), self.upstream, inject=self.inject)
+            return _upstream_route(self.upstream, self.inject)
         return next((r for r in self.routes if r.matches(path)), None)
 
 
@@ -140,138 +202,294 @@ def load(
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Build Settings from the bundled defaults, a TOML file, the environment and flags."""
+    """Build Settings from the bundled defaults, a TOML file, the environment and flags.
+
+    `overrides` are flag values by setting name (None: not given).
+    """
     problems: list[str] = []
     environ = environ or {}
     path = path or environ.get(ENV_PREFIX + "CONFIG")
-    text = default_config_text()
+    docs = [("the bundled defaults", _parse(default_config_text(), "the bundled defaults"))]
     if path:
         try:
             text = Path(path).read_text("utf-8")
         except OSError as exc:
-            raise ConfigError([f"cannot read config file {path}: {exc.strerror}"]) from exc
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"config file {path or 'default'} is not valid TOML: {exc}"]) from exc
-    values: dict[str, Any] = {}
-    server = doc.get("server", {})
-    for key, value in server.items():
-        if key in SCALAR_FIELDS:
-            values[key] = value
-        else:
-            problems.append(f"[server] unknown setting {key!r}")
-    for key in SCALAR_FIELDS:
-        env_value = environ.get(ENV_PREFIX + key.upper())
-        if env_value is not None:
-            values[key] = env_value
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key] = value
-    settings = Settings(**{k: _coerce(k, v, problems) for k, v in values.items()})
-    routes = _routes(doc.get("routes", []), problems)
-    settings = replace(settings, routes=routes)
-    _validate(settings, problems)
+            raise ConfigError([f"cannot read config file {str(path)!r}: {exc.strerror}"]) from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError([f"config file {str(path)!r} is not UTF-8: {exc}"]) from exc
+        docs.append((f"{path}", _parse(text, repr(str(path)))))
+    values, origins = _layers(docs, environ, overrides or {}, problems)
+    coerced = {k: _coerce(k, v, origins[k], problems) for k, v in values.items()}
+    # A file's routes replace the defaults' only when it defines [[routes]] itself.
+    label, routes_doc = next((d for d in reversed(docs) if "routes" in d[1]), docs[0])
+    route_problems: list[str] = []
+    routes = _routes(routes_doc.get("routes", []), label, route_problems)
+    problems += route_problems
+    settings = replace(Settings(**coerced), routes=routes)
+    _validate(settings, origins, problems, route_problems)
     if problems:
         raise ConfigError(problems)
     return settings
 
 
-def _coerce(key: str, value: Any, problems: list[str]) -> Any:
+def _layers(
+    docs: list[tuple[str, dict[str, Any]]],
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any],
+    problems: list[str],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each setting's raw value from the last layer that sets it, and where it came from."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for label, doc in docs:
+        for key in doc:
+            if key not in TOP_LEVEL_KEYS:
+                hint = _hint(key, TOP_LEVEL_KEYS)
+                problems.append(f"{label}: unknown top-level key {key!r}{hint}")
+        server = doc.get("server", {})
+        if not isinstance(server, dict):
+            problems.append(f"{label}: [server] must be a table")
+            continue
+        for key, value in server.items():
+            if key in SCALAR_FIELDS:
+                values[key], origins[key] = value, f"[server] in {label}"
+            else:
+                hint = _hint(key, SCALAR_FIELDS)
+                problems.append(f"{label}: unknown setting {key!r} in [server]{hint}")
+    for key in SCALAR_FIELDS:
+        env_value = environ.get(ENV_PREFIX + key.upper())
+        if env_value is not None:
+            values[key], origins[key] = env_value, ENV_PREFIX + key.upper()
+    for key, value in overrides.items():
+        if value is not None:
+            values[key], origins[key] = value, flag_name(key)
+    return values, origins
+
+
+def flag_name(setting: str) -> str:
+    """The `serve` flag that sets `setting`."""
+    return "--" + FLAG_NAMES.get(setting, setting.replace("_", "-"))
+
+
+def _parse(text: str, label: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"config file {label} is not valid TOML: {exc}"]) from exc
+
+
+def _hint(key: str, known: Any) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_"), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True}
+BOOL_WORDS |= {"0": False, "false": False, "no": False, "off": False}
+
+
+def _coerce(key: str, value: Any, origin: str, problems: list[str]) -> Any:
+    """One value to its setting's type. TOML values must have the type already; strings from
+    the environment are parsed."""
     default = SCALAR_FIELDS[key].default
+    text = isinstance(value, str) and origin.startswith(ENV_PREFIX)
+    kind = "a boolean"
     try:
         if isinstance(default, bool):
+            if text and value.strip().lower() in BOOL_WORDS:
+                return BOOL_WORDS[value.strip().lower()]
+            if isinstance(value, bool):
+                return value
+        elif isinstance(default, int):
+            kind = "an integer"
+            if text:
+                return int(value.strip())
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        elif isinstance(default, float):
+            kind = "a number"
+            if text or (isinstance(value, int | float) and not isinstance(value, bool)):
+                number = float(value)
+                if math.isfinite(number):
+                    return number
+                kind = "a finite number"
+        elif isinstance(default, tuple):
+            kind = "a list of host names"
+            items = value.split(",") if isinstance(value, str) else value
+            if isinstance(items, list) and all(isinstance(i, str) for i in items):
+                return tuple(i.strip().lower() for i in items if i.strip())
+        elif default is None and "float" in str(SCALAR_FIELDS[key].type):
+            kind = "a number of seconds"  # an optional duration, e.g. content_timeout
+            if value in ("", None):
+                return None
+            if text or (isinstance(value, int | float) and not isinstance(value, bool)):
+                number = float(value)
+                if math.isfinite(number):
+                    return number
+                kind = "a finite number of seconds"
+        else:  # a string, or None for `upstream`
+            kind = "a string"
             if isinstance(value, str):
-                if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError(value)
-                return value.lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if default is None:
-            return None if value in ("", None) else str(value)
-        if isinstance(value, list):  # a TOML list for a comma-separated setting
-            return ",".join(str(v) for v in value)
-        return str(value)
+                return value if value or default is not None else None
+            if isinstance(value, list) and all(isinstance(i, str) for i in value):
+                return ",".join(value)  # a TOML list for a comma-separated setting
     except (TypeError, ValueError):
-        problems.append(f"{key}: {value!r} is not a valid {type(default).__name__}")
-        return default
+        pass
+    problems.append(f"{key}: {value!r} ({origin}) is not {kind}")
+    return default
 
 
-def _routes(raw: Any, problems: list[str]) -> tuple[Route, ...]:
-    routes: list[Route] = []
+def _routes(raw: Any, label: str, problems: list[str]) -> tuple[Route, ...]:
     if not isinstance(raw, list):
-        problems.append("[[routes]] must be an array of tables")
+        problems.append(f"{label}: [[routes]] must be an array of tables")
         return ()
+    routes: list[Route] = []
     for i, item in enumerate(raw):
-        name = str(item.get("name", f"route{i}"))
-        paths = item.get("paths")
-        upstream = item.get("upstream")
-        if isinstance(paths, str):
-            paths = [paths]
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            problems.append(f"route {name!r}: 'paths' must be a non-empty list of patterns")
+        if not isinstance(item, dict):
+            problems.append(f"{label}: routes[{i}] must be a table")
             continue
-        if not isinstance(upstream, str) or not _is_http_url(upstream):
-            problems.append(f"route {name!r}: 'upstream' must be an http(s) URL")
-            continue
-        dialect = item.get("dialect")
-        if dialect is not None and dialect not in {d.value for d in Dialect}:
-            problems.append(f"route {name!r}: unknown dialect {dialect!r}")
-            dialect = None
-        strip = str(item.get("strip_prefix", ""))
-        inject = str(item.get("inject", ""))
-        try:
-            parse_rules(inject)
-        except InjectionError as exc:
-            problems.append(f"route {name!r}: {exc}")
-            inject = ""
-        route_dialect = Dialect(dialect) if dialect else None
-        routes.append(make_route(name, tuple(paths), upstream, strip, route_dialect, inject))
+        route = _route(item, f"route {str(item.get('name', f'#{i + 1}'))!r} in {label}", problems)
+        if route is not None:
+            if any(r.name == route.name for r in routes):
+                problems.append(f"{label}: two routes are named {route.name!r}")
+            routes.append(route)
     return tuple(routes)
 
 
-def _is_http_url(url: str) -> bool:
+def _route(item: dict[str, Any], where: str, problems: list[str]) -> Route | None:
+    before = len(problems)
+    for key in item:
+        if key not in ROUTE_KEYS:
+            problems.append(f"{where}: unknown key {key!r}{_hint(key, ROUTE_KEYS)}")
+    name = item.get("name")
+    paths = item.get("paths")
+    upstream = item.get("upstream")
+    strip = item.get("strip_prefix", "")
+    dialect = item.get("dialect")
+    inject = item.get("inject", "")
+    if not isinstance(name, str) or not name:
+        problems.append(f"{where}: 'name' must be a non-empty string, not {name!r}")
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        problems.append(f"{where}: 'paths' must be a non-empty list of patterns, not {paths!r}")
+        paths = []
+    for pattern in paths:
+        problem = _pattern_problem(pattern)
+        if problem:
+            problems.append(f"{where}: path pattern {pattern!r} {problem}")
+    if not isinstance(upstream, str) or (problem := _upstream_problem(upstream)):
+        shown = mask_userinfo(upstream) if isinstance(upstream, str) else upstream
+        why = problem if isinstance(upstream, str) else "is not an http(s) URL"
+        problems.append(f"{where}: upstream {shown!r} {why}")
+    if not isinstance(strip, str) or (problem := _strip_problem(strip)):
+        why = problem if isinstance(strip, str) else "must be a string"
+        problems.append(f"{where}: strip_prefix {strip!r} {why}")
+    if dialect is not None and dialect not in {d.value for d in Dialect}:
+        problems.append(f"{where}: unknown dialect {dialect!r}")
+    if not isinstance(inject, str):
+        problems.append(f"{where}: inject {inject!r} must be a string of rules")
+    else:
+        try:
+            parse_rules(inject)
+        except InjectionError as exc:
+            problems.append(f"{where}: inject {inject!r}: {exc}")
+    if len(problems) > before:
+        return None
+    assert isinstance(name, str) and isinstance(upstream, str) and isinstance(strip, str)
+    route_dialect = Dialect(dialect) if dialect else None
+    return make_route(name, tuple(paths), upstream, strip, route_dialect, str(inject))
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    """A pattern that could match a path the upstream URL cannot safely be built from."""
+    if not pattern.startswith("/"):
+        return "must start with '/'"
+    if "*" in pattern[:-1] or (pattern.endswith("*") and not pattern.endswith("/*")):
+        return "may hold '*' only at its end, right after '/'"
+    if "{" in PLACEHOLDER.sub("", pattern) or "}" in PLACEHOLDER.sub("", pattern):
+        return "has a malformed {placeholder}"
+    if "?" in pattern or "#" in pattern:
+        return "must not hold '?' or '#'"
+    return None
+
+
+def _strip_problem(strip: str) -> str | None:
+    """strip_prefix must start and end on a segment boundary."""
+    if not strip:
+        return None
+    if not strip.startswith("/"):
+        return "must start with '/'"
+    if strip.endswith("/") and strip != "/":
+        return "must not end with '/' (it is removed up to a segment boundary)"
+    if any(c in strip for c in "?#*{}"):
+        return "must be a literal path"
+    return None
+
+
+def _upstream_problem(url: str) -> str | None:
     parts = urlsplit(url)
-    return parts.scheme in ("http", "https") and bool(parts.netloc)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "is not an http(s) URL"
+    try:
+        parsed = URL(url)
+        if not parsed.host:
+            return "has no host"
+        _ = parsed.port
+    except ValueError:
+        return "is not a valid URL"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not have a query or fragment"
+    return None
 
 
-def _validate(settings: Settings, problems: list[str]) -> None:
+def _validate(
+    settings: Settings, origins: dict[str, str], problems: list[str], route_problems: list[str]
+) -> None:
+    def bad(key: str, why: str) -> None:
+        where = f" ({origins[key]})" if key in origins else ""
+        problems.append(f"{key}: {getattr(settings, key)!r}{where} {why}")
+
     try:
         _, port = split_listen(settings.listen)
         if not 0 <= port <= 65535:
             raise ValueError
     except ValueError:
-        problems.append(f"listen: {settings.listen!r} is not HOST:PORT")
-    if settings.upstream and not _is_http_url(settings.upstream):
-        problems.append(f"upstream: {settings.upstream!r} is not an http(s) URL")
-    if settings.log_format not in LOG_FORMATS:
-        problems.append(f"log_format: {settings.log_format!r} is not one of {LOG_FORMATS}")
+        bad("listen", "is not HOST:PORT")
+    if settings.upstream and (problem := _upstream_problem(settings.upstream)):
+        problems.append(f"upstream: {settings.public_upstream!r} {problem}")
+    for key, choices in (
+        ("log_format", LOG_FORMATS),
+        ("log_level", LOG_LEVELS),
+        ("event_loop", EVENT_LOOPS),
+        ("dialect", ("auto", *(d.value for d in Dialect))),
+    ):
+        if getattr(settings, key) not in choices:
+            bad(key, f"is not one of {', '.join(choices)}")
     if settings.otel_endpoint:
         if not _is_http_url(settings.otel_endpoint):
-            problems.append(f"otel_endpoint: {settings.otel_endpoint!r} is not an http(s) URL")
+            bad("otel_endpoint", "is not an http(s) URL")
         elif importlib.util.find_spec("opentelemetry") is None:
             problems.append(
                 "otel_endpoint is set but OpenTelemetry is not installed: "
                 "pip install 'sseproxy[otel]'"
             )
-    if settings.event_loop not in ("auto", "asyncio", "uvloop"):
-        problems.append(f"event_loop: {settings.event_loop!r} is not auto, asyncio or uvloop")
-    if settings.log_level not in LOG_LEVELS:
-        problems.append(f"log_level: {settings.log_level!r} is not one of {LOG_LEVELS}")
     try:
         parse_rules(settings.inject)
     except InjectionError as exc:
-        problems.append(f"inject: {exc}")
-    if settings.dialect != "auto" and settings.dialect not in {d.value for d in Dialect}:
-        problems.append(f"dialect: {settings.dialect!r} is not auto or a known dialect")
+        bad("inject", str(exc))
+    for host in settings.allowed_hosts:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
+            problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")
     for key in ("idle_timeout", "connect_timeout"):
         if getattr(settings, key) <= 0:
-            problems.append(f"{key}: must be positive")
-    if settings.shutdown_grace < 0:
-        problems.append("shutdown_grace: must not be negative")
+            bad(key, "must be positive")
+    for key in ("shutdown_grace", "backlog"):
+        if getattr(settings, key) < 0:
+            bad(key, "must not be negative")
+    if settings.content_timeout is not None and settings.content_timeout <= 0:
+        bad("content_timeout", "must be positive (leave it unset to turn it off)")
+    if settings.content_stall_action not in ("log", "cut"):
+        bad("content_stall_action", "is not log or cut")
     for key in (
         "max_request_body_bytes",
         "max_event_bytes",
@@ -280,6 +498,11 @@ def _validate(settings: Settings, problems: list[str]) -> None:
         "capture_max_total_bytes",
     ):
         if getattr(settings, key) <= 0:
-            problems.append(f"{key}: must be positive")
-    if not settings.routes and not settings.upstream:
+            bad(key, "must be positive")
+    if not settings.routes and not settings.upstream and not route_problems:
         problems.append("no routes and no upstream: nothing could be forwarded")
+
+
+def _is_http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)

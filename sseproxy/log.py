@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import re
 import sys
+import threading
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
-from urllib.parse import unquote_plus
 
 import orjson
 import structlog
 
-REDACTED = "[redacted]"
-# Header names and body/query keys whose values are credentials. Matching is case-insensitive.
-SECRET_KEYS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-        "key",
-        "api_key",
-        "apikey",
-        "access_token",
-        "token",
-        "client_secret",
-        "password",
-    }
-)
-# Values that look like credentials wherever they appear (a defence in depth for free text).
-SECRET_VALUE = re.compile(
-    r"(?i)\b(bearer\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}|AIza[0-9A-Za-z_-]{20,})"
-)
+from .redact import NO_SECRETS
+
 STATE_LEVELS = {
     "completed": logging.INFO,
     "incomplete": logging.WARNING,
@@ -46,38 +26,21 @@ STATE_LEVELS = {
 
 def redact_query(query: str) -> str:
     """The query string as sent, with the values of credential parameters replaced."""
-    out = []
-    for pair in query.split("&"):
-        name, sep, _ = pair.partition("=")
-        if sep and unquote_plus(name).lower() in SECRET_KEYS:
-            pair = f"{name}={REDACTED}"
-        out.append(pair)
-    return "&".join(out)
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, str):
-        return SECRET_VALUE.sub(REDACTED, value)
-    if isinstance(value, Mapping):
-        return {
-            k: REDACTED if str(k).lower() in SECRET_KEYS and v else _redact(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_redact(v) for v in value]
-    return value
+    return NO_SECRETS.redact_target("?" + query)[1:]
 
 
 def redact_processor(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: no credential leaves the process, whatever the caller logged."""
-    for key in list(event_dict):
-        value = event_dict[key]
-        if key.lower() in SECRET_KEYS and value:
-            event_dict[key] = REDACTED
-        else:
-            event_dict[key] = _redact(value)
+    """structlog processor: no credential leaves the process, whatever the caller logged.
+
+    Values under a credential's name go; key shapes (redact.KEY_SHAPES) go wherever they are.
+    One look at the whole event: a clean one (every request record) is passed on untouched.
+    """
+    redacted = NO_SECRETS.redact(event_dict)
+    if redacted is not event_dict:
+        event_dict.clear()
+        event_dict.update(redacted)
     return event_dict
 
 
@@ -93,8 +56,129 @@ def level_for(state: str) -> int:
     return STATE_LEVELS.get(state, logging.ERROR)
 
 
-def _orjson_dumps(obj: Any, default: Any = None) -> str:
-    return orjson.dumps(obj, default=default or str).decode()
+# What JSON cannot carry is replaced, never refused: the record is always written.
+_INT_RANGE = (-(2**63), 2**64 - 1)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Nesting kept when a record has to be rebuilt value by value (orjson itself stops at 254).
+MAX_DEPTH = 64
+_JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _surrogate(match: re.Match[str]) -> str:
+    # U+DC80..U+DCFF is a byte that was not UTF-8 (surrogateescape, as aiohttp decodes
+    # headers): shown as that byte; any other lone surrogate becomes U+FFFD.
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
+
+
+def clean_text(text: str) -> str:
+    """`text` as valid UTF-8: lone surrogates replaced."""
+    return _SURROGATE.sub(_surrogate, text)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return clean_text(bytes(value).decode("utf-8", "surrogateescape"))
+    try:
+        return clean_text(str(value))
+    except Exception:  # a __str__ that fails still leaves a trace, not a lost record
+        return f"<unprintable {type(value).__name__}>"
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """`value` rebuilt from what JSON carries: clean strings, 64-bit integers (larger ones as
+    their decimal string), finite floats."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # as orjson writes NaN and infinities
+    if depth >= MAX_DEPTH:
+        return "[too deep]"
+    if isinstance(value, Mapping):
+        return {
+            (clean_text(k) if isinstance(k, str) else _default(k)): json_safe(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(v, depth + 1) for v in value]
+    return _default(value)
+
+
+def json_ready(record: Any) -> Any:
+    """`record` itself when orjson writes it as it is, else rebuilt by `json_safe`: every
+    sink that serialises it (inspector, capture) can then do so without a fallback."""
+    try:
+        orjson.dumps(record, option=_JSON_OPTIONS)
+    except TypeError:
+        return json_safe(record)
+    return record
+
+
+def dumps(obj: Any, **_: Any) -> str:
+    """JSON for any record: never raises. The fast path is orjson as is; a record it refuses
+    (a lone surrogate, an integer beyond 64 bits, nesting too deep) is rebuilt value by value."""
+    try:
+        return orjson.dumps(obj, default=_default, option=_JSON_OPTIONS).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        pass
+    try:
+        return orjson.dumps(json_safe(obj), default=_default, option=_JSON_OPTIONS).decode()
+    except Exception as exc:  # last resort: the record's identity, and why the rest is missing
+        head = {k: _default(obj[k]) for k in ("timestamp", "level", "event") if k in obj}
+        head["log_error"] = _default(repr(exc))
+        return orjson.dumps(head).decode()
+
+
+class _Once:
+    """Reports the first failure of one output on stderr, and only that one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reported = False
+
+    def report(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.reported:
+                return
+            self.reported = True
+        with contextlib.suppress(Exception):  # stderr may be gone too
+            print(
+                f"sseproxy: log output failed ({type(exc).__name__}: {exc}); "
+                "records are dropped while it fails",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class SafePrintLogger(structlog.PrintLogger):
+    """A PrintLogger whose failing output (broken pipe, closed stream) never raises into the
+    caller: reported once on stderr, then records are dropped while it keeps failing."""
+
+    def __init__(self, file: TextIO, once: _Once) -> None:
+        super().__init__(file)
+        self._once = once
+
+    def msg(self, message: str) -> None:
+        try:
+            super().msg(message)
+        except (OSError, ValueError) as exc:  # ValueError: a closed file, or unencodable text
+            self._once.report(exc)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class SafePrintLoggerFactory:
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._once = _Once()
+
+    def __call__(self, *args: Any) -> SafePrintLogger:
+        return SafePrintLogger(self._file, self._once)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -104,7 +188,7 @@ RESET, DIM = "\x1b[0m", "\x1b[2m"
 
 def _safe(value: Any) -> str:
     """One line, whatever the value holds: control characters cannot forge another record."""
-    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    text = clean_text(value) if isinstance(value, str) else dumps(value)
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
@@ -185,14 +269,14 @@ def configure(
     if log_format == "json":
         renderer = [
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(serializer=_orjson_dumps),
+            structlog.processors.JSONRenderer(serializer=dumps),
         ]
     else:
         renderer = [ConsoleRenderer(colors=stream.isatty())]
     structlog.configure(
         processors=shared + renderer,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=SafePrintLoggerFactory(stream),
         cache_logger_on_first_use=cache,
     )
     # aiohttp's own loggers go through the standard library; keep them quiet and on stderr.

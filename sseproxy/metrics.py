@@ -1,37 +1,194 @@
 """Prometheus metrics, fed from each request's verdict. Label values are bounded by design:
-dialects, states, categories and anomaly names are our own vocabularies; a model is a label
-only when the config allows it by name, else "other"."""
+routes come from the config, dialects, states, categories and anomaly names are our own
+vocabularies; a model is a label only when the config allows it by name, else "other".
+
+Every series an alert may watch exists at zero from startup: a counter series that appears
+already holding its first increment is invisible to `rate()` and `increase()`, and the rare
+states (the ones alerts watch) are exactly the series that appear late.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 
-from .core import Verdict
+from . import __version__
+from .core import Dialect, FinishCategory, State, Verdict
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["ANOMALIES", "CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
 
 # Latencies of LLM streams: first bytes in milliseconds to seconds, whole answers up to minutes.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-TOKEN_KINDS = ("input", "output", "reasoning", "cached")
+# Generation speed, tokens per second: slow local models to the fastest hosted inference.
+SPEED_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+# Faster than any model generates: a bad usage object or a zero-length content span.
+MAX_TOKENS_PER_SECOND = 1_000_000
+# Non-overlapping: input_uncached + input_cached = the prompt, output_reasoning +
+# output_visible = everything generated. (Providers' own `input` includes cached tokens and
+# OpenAI's `output` includes reasoning tokens; summing those kinds would count tokens twice.)
+TOKEN_KINDS = ("input_uncached", "input_cached", "output_reasoning", "output_visible")
+# Dialects whose output count excludes reasoning (Gemini's candidatesTokenCount does not
+# include thoughtsTokenCount); elsewhere reasoning is part of the output count.
+REASONING_BESIDE_OUTPUT = frozenset({Dialect.GEMINI})
+# More tokens than any model's context in one request is a provider bug or a hostile peer.
+MAX_TOKENS = 100_000_000
+# Every anomaly name the core can count, so that each series exists at zero (a few are
+# counted only by the lead's newer core). tests/unit/test_metrics.py fails when the core
+# counts a name missing here.
+ANOMALIES = (
+    "analysis_budget_exceeded",
+    "body_too_large_to_analyse",
+    "choices_missing",
+    "client_left_before_end",
+    "conflicting_tool_call_id",
+    "conflicting_tool_call_name",
+    "content_decoding_error",
+    "content_stall",
+    "content_type_mismatch",
+    "core_error",
+    "delta_after_done",
+    "delta_without_block_start",
+    "done_after_error",
+    "done_without_finish_reason",
+    "duplicate_tool_call_id",
+    "empty_body",
+    "event_type_mismatch",
+    "events_after_terminal",
+    "index_out_of_range",
+    "invalid_tool_arguments",
+    "invalid_utf8",
+    "json_decode_error",
+    "missing_done",
+    "no_terminal_signal",
+    "oversized_event",
+    "partial_event_discarded",
+    "repeated_error",
+    "repeated_finish_reason",
+    "repeated_tool_call_fields",
+    "sequence_gap",
+    "sequence_regression",
+    "snapshot_mismatch",
+    "stop_reason_without_message_stop",
+    "stream_not_honoured",
+    "too_many_tool_calls",
+    "tool_input_error",
+    "tool_output_error",
+    "truncated_after_terminal",
+    "truncated_compressed_body",
+    "unexpected_content_type",
+    "unexpected_framing",
+    "unexpected_payload",
+    "unknown_delta_type",
+    "unknown_event_type",
+    "unknown_finish_reason",
+    "unknown_sse_field",
+    "upstream_buffered",
+    "usage_missing",
+)
+# Values a peer can send that no real stream has; each is dropped and counted by field.
+IMPOSSIBLE_FIELDS = (
+    "tokens",
+    "bytes",
+    "ttfb_ms",
+    "ttft_ms",
+    "duration_ms",
+    "max_gap_ms",
+    "output_tokens_per_s",
+)
+_S = State
+_F = FinishCategory
+# The (state, finish_category, status_class) outcomes the core and the shell produce, made to
+# exist at zero for every route, dialect and model label. The full product would be ~2,600
+# series per route and dialect, nearly all of them impossible.
+OUTCOMES: tuple[tuple[str, str, str], ...] = (
+    *((_S.COMPLETED, c, "2xx") for c in (_F.STOP, _F.TOOL_USE)),
+    *(
+        (_S.INCOMPLETE, c, "2xx")
+        for c in (_F.LENGTH, _F.CONTENT_FILTER, _F.REFUSAL, _F.PAUSE, _F.OTHER)
+    ),
+    (_S.FAILED, _F.ERROR, "2xx"),
+    (_S.INTERRUPTED, "none", "2xx"),
+    *((_S.UNCONFIRMED, c, "2xx") for c in (_F.STOP, _F.TOOL_USE, _F.LENGTH)),
+    (_S.CANCELLED, "none", "2xx"),
+    (_S.CANCELLED, "none", "none"),
+    *((_S.HTTP_ERROR, c, s) for c in ("none", _F.ERROR) for s in ("4xx", "5xx")),
+)
+
+NO_ROUTE_OUTCOMES = tuple(o for o in OUTCOMES if o[0] is _S.HTTP_ERROR)
+
+
+def _tokens(value: int | None) -> int | None:
+    """A token count, or None when absent; raises ValueError when impossible."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKENS:
+        raise ValueError(value)
+    return value
+
+
+def token_kinds(dialect: str, usage: Any) -> dict[str, int]:
+    """Split a verdict's Usage into the non-overlapping TOKEN_KINDS; ValueError if impossible
+    (a negative or absurd count, more cached than input, more reasoning than output)."""
+    inputs, cached = _tokens(usage.input_tokens), _tokens(usage.cached_tokens) or 0
+    output, reasoning = _tokens(usage.output_tokens), _tokens(usage.reasoning_tokens) or 0
+    out: dict[str, int] = {}
+    if inputs is not None:
+        if cached > inputs:
+            raise ValueError(cached)
+        out["input_uncached"] = inputs - cached
+    if cached:
+        out["input_cached"] = cached
+    if reasoning:
+        out["output_reasoning"] = reasoning
+    if output is not None:
+        if dialect in REASONING_BESIDE_OUTPUT:
+            out["output_visible"] = output
+        elif reasoning > output:
+            raise ValueError(reasoning)
+        else:
+            out["output_visible"] = output - reasoning
+    return out
 
 
 class Metrics:
-    def __init__(self, models: Iterable[str] = ()) -> None:
+    def __init__(
+        self, models: Iterable[str] = (), routes: Iterable[str] = (), *, process: bool = True
+    ) -> None:
+        """`routes`: the configured route names (the `route` label's values, plus "none" for
+        requests no route matched). `process`: add the process, platform and GC collectors."""
         self.registry = CollectorRegistry()
         self.models = frozenset(models)
+        self.routes = frozenset(routes)
         r = self.registry
         self.requests = Counter(
             "sseproxy_requests",
             "Requests by how they ended",
-            ["dialect", "state", "finish_category", "status_class", "model"],
+            ["route", "dialect", "state", "finish_category", "status_class", "model"],
             registry=r,
         )
         self.anomalies = Counter(
             "sseproxy_anomalies", "Anomalies seen in streams", ["anomaly"], registry=r
+        )
+        self.impossible = Counter(
+            "sseproxy_impossible_values",
+            "Values from a peer that no real stream has, left out of the other metrics",
+            ["field"],
+            registry=r,
         )
         self.ttfb = Histogram(
             "sseproxy_ttfb_seconds",
@@ -61,6 +218,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.output_speed = Histogram(
+            "sseproxy_output_tokens_per_second",
+            "Output tokens (from usage) over the time from first to last content delta",
+            ["dialect", "model"],
+            buckets=SPEED_BUCKETS,
+            registry=r,
+        )
         self.active = Gauge("sseproxy_active_streams", "Requests in flight", registry=r)
         self.upstream_bytes = Counter(
             "sseproxy_upstream_bytes",
@@ -69,16 +233,58 @@ class Metrics:
             registry=r,
         )
         self.tokens = Counter(
-            "sseproxy_tokens", "Tokens reported by providers", ["dialect", "kind"], registry=r
+            "sseproxy_tokens",
+            "Tokens reported by providers, by non-overlapping kind",
+            ["dialect", "kind"],
+            registry=r,
         )
+        Info("sseproxy_build", "The running sseproxy", registry=r).info({"version": __version__})
+        if process:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            if GC_COLLECTOR is not None:
+                GCCollector(registry=r)
+        self._initialise()
+
+    def _initialise(self) -> None:
+        """Create every bounded series at zero (see the module docstring)."""
+        dialects = [str(d) for d in Dialect]
+        models = [*sorted(self.models), "other"]
+        for route in [*sorted(self.routes), "none"]:
+            # Without a route the proxy answers itself (404, 405, 503): only http_error.
+            outcomes = OUTCOMES if route != "none" else NO_ROUTE_OUTCOMES
+            for dialect in dialects:
+                for state, category, status_class in outcomes:
+                    for model in models:
+                        self.requests.labels(
+                            route, dialect, str(state), str(category), status_class, model
+                        )
+        for name in ANOMALIES:
+            self.anomalies.labels(name)
+        for field in IMPOSSIBLE_FIELDS:
+            self.impossible.labels(field)
+        for dialect in dialects:
+            for histogram in (self.ttfb, self.ttft, self.duration, self.max_gap):
+                histogram.labels(dialect)
+            self.upstream_bytes.labels(dialect)
+            for kind in TOKEN_KINDS:
+                self.tokens.labels(dialect, kind)
+            for model in models:
+                self.output_speed.labels(dialect, model)
 
     def model_label(self, model: str | None) -> str:
         return model if model in self.models else "other"
 
-    def observe(self, verdict: Verdict, status: int | None, fields: dict[str, Any]) -> None:
+    def route_label(self, route: Any) -> str:
+        return route if isinstance(route, str) and route in self.routes else "none"
+
+    def observe(self, verdict: Verdict, status: int | None, fields: Mapping[str, Any]) -> None:
+        """Count one finished request. Never raises on what a peer sent: impossible values
+        are left out and counted in sseproxy_impossible_values_total."""
         dialect = str(verdict.dialect)
-        status_class = f"{status // 100}xx" if status else "none"
+        status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
         self.requests.labels(
+            self.route_label(fields.get("route")),
             dialect,
             str(verdict.state),
             str(verdict.finish_category or "none"),
@@ -86,7 +292,8 @@ class Metrics:
             self.model_label(fields.get("model")),
         ).inc()
         for name, count in verdict.anomalies.items():
-            self.anomalies.labels(name).inc(count)
+            if isinstance(count, int) and count > 0:
+                self.anomalies.labels(name).inc(count)
         for histogram, key in (
             (self.ttfb, "ttfb_ms"),
             (self.ttft, "ttft_ms"),
@@ -94,23 +301,36 @@ class Metrics:
             (self.max_gap, "max_gap_ms"),
         ):
             value = fields.get(key)
-            if isinstance(value, int | float):
-                histogram.labels(dialect).observe(value / 1000)
-        self.upstream_bytes.labels(dialect).inc(verdict.bytes)
-        usage = verdict.usage
-        if usage is not None:
-            for kind, value in zip(
-                TOKEN_KINDS,
-                (
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.reasoning_tokens,
-                    usage.cached_tokens,
-                ),
-                strict=True,
-            ):
-                if value:
-                    self.tokens.labels(dialect, kind).inc(value)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if math.isfinite(value) and value >= 0:
+                    histogram.labels(dialect).observe(value / 1000)
+                else:
+                    self.impossible.labels(key).inc()
+        speed = fields.get("output_tokens_per_s")
+        if isinstance(speed, int | float) and not isinstance(speed, bool):
+            if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
+                model = self.model_label(fields.get("model"))
+                self.output_speed.labels(dialect, model).observe(speed)
+            else:
+                self.impossible.labels("output_tokens_per_s").inc()
+        if verdict.bytes >= 0:
+            self.upstream_bytes.labels(dialect).inc(verdict.bytes)
+        else:
+            self.impossible.labels("bytes").inc()
+        if verdict.usage is not None:
+            try:
+                kinds = token_kinds(dialect, verdict.usage)
+            except ValueError:
+                self.impossible.labels("tokens").inc()
+            else:
+                for kind, value in kinds.items():
+                    if value:
+                        self.tokens.labels(dialect, kind).inc(value)
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition and its content type: OpenMetrics when `accept` asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

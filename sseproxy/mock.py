@@ -9,8 +9,10 @@ import contextlib
 import itertools
 import socket
 import struct
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,13 @@ from aiohttp import web
 
 from .capture import load_capture, recorded_chunks
 from .core import Dialect, EndReason, StreamTap
-from .core.dialects import detect
+from .core.dialects import detect, spec_for
+from .core.events import Framing
 from .core.inject import (
     Close,
     InjectionError,
     Injector,
+    KeepAlive,
     Pause,
     RawEvents,
     Rule,
@@ -33,15 +37,25 @@ from .core.inject import (
 )
 
 MOCK_HEADER = "x-sseproxy-mock"
+DEFAULT_LISTEN = "127.0.0.1:8791"
+DEFAULT_SPEED = 1.0
 INJECT_HEADER = "x-sseproxy-inject"
 # A raw body file has no timing: its events are spaced this far apart (before --speed).
 RAW_EVENT_INTERVAL_MS = 20.0
-CONTENT_TYPES = {Dialect.OLLAMA: "application/x-ndjson"}
 DROP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+# A stall drill (silent or keep-alive) holds the connection at most this long, then cuts it.
+MAX_STALL_S = 3600.0
+
+
+def samples_dir() -> Path:
+    """The streams bundled with the package, one folder per dialect."""
+    return Path(str(resources.files("sseproxy").joinpath("data/samples")))
 
 
 @dataclass(frozen=True)
 class Recording:
+    """A stream to serve. `name` is `dialect/stem`, e.g. `openai-chat/max-tokens`."""
+
     name: str
     dialect: Dialect
     status: int
@@ -60,9 +74,10 @@ def from_capture(path: Path) -> Recording:
         for k, v in sidecar.get("response_headers", {}).items()
         if k.lower() not in DROP_HEADERS
     }
+    dialect = Dialect(sidecar["dialect"])
     return Recording(
-        name=path.stem,
-        dialect=Dialect(sidecar["dialect"]),
+        name=f"{dialect.value}/{path.stem}",
+        dialect=dialect,
         status=sidecar.get("status") or 200,
         headers=headers,
         chunks=list(zip(pieces, times, strict=False)),
@@ -78,11 +93,12 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     tap.feed(data)
     verdict = tap.close()
     chosen = dialect or verdict.dialect
-    events = _split_events(data, chosen is Dialect.OLLAMA)
+    spec = spec_for(chosen)
+    events = _split_events(data, spec.framing is Framing.NDJSON)
     cut = verdict.interruption is not None and verdict.interruption.partial_event_bytes > 0
-    content_type = CONTENT_TYPES.get(chosen, "text/event-stream")
+    content_type = spec.media_type
     return Recording(
-        name=path.name.split(".", 1)[0],
+        name=f"{chosen.value}/{path.name.split('.', 1)[0]}",
         dialect=chosen,
         status=200,
         headers={"Content-Type": content_type},
@@ -98,18 +114,46 @@ def _split_events(data: bytes, ndjson: bool) -> list[bytes]:
     return [*events, rest] if rest else events
 
 
+BODY_SUFFIXES = (".sse", ".ndjson", ".jsonl", ".txt")
+
+
 def load_recordings(paths: Iterable[Path], dialect: Dialect | None = None) -> list[Recording]:
+    """Recordings from files and folders (searched recursively: capture sidecars and body
+    files; other files in a folder are skipped). Two recordings with the same name are an
+    error naming both files."""
     recordings: list[Recording] = []
+    sources: dict[str, Path] = {}
     for path in paths:
-        files = sorted(path.iterdir()) if path.is_dir() else [path]
-        for file in files:
-            if file.name.startswith("."):
-                continue
+        for file, explicit in _files(path):
             if file.suffix == ".json":
-                recordings.append(from_capture(file))
-            elif file.suffix in (".sse", ".ndjson", ".jsonl", ".txt") or not path.is_dir():
-                recordings.append(from_body(file, dialect))
+                try:
+                    recording = from_capture(file)
+                except ValueError:
+                    if explicit:
+                        raise
+                    continue  # a folder's other JSON (e.g. a corpus MANIFEST.json)
+            elif file.suffix in BODY_SUFFIXES or explicit:
+                recording = from_body(file, dialect)
+            else:
+                continue
+            if recording.name in sources:
+                raise ValueError(
+                    f"two recordings are named {recording.name!r}: "
+                    f"{sources[recording.name]} and {file}; rename one"
+                )
+            sources[recording.name] = file
+            recordings.append(recording)
     return recordings
+
+
+def _files(path: Path) -> Iterable[tuple[Path, bool]]:
+    if not path.is_dir():
+        yield path, True
+        return
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path).parts
+        if file.is_file() and not any(part.startswith(".") for part in relative):
+            yield file, False
 
 
 class MockServer:
@@ -119,11 +163,18 @@ class MockServer:
         speed: float = 1.0,
         allow_inject: bool = False,
         inject: tuple[Rule, ...] = (),
+        say: Callable[[str], None] | None = None,
     ) -> None:
         if not recordings:
             raise ValueError("nothing to serve: give capture sidecars or body files")
         self.recordings = recordings
         self.by_name = {r.name: r for r in recordings}
+        # A bare stem also names a recording, as long as only one dialect has it.
+        stems: dict[str, list[Recording]] = {}
+        for r in recordings:
+            stems.setdefault(r.name.rpartition("/")[2], []).append(r)
+        self.by_stem = {stem: rs[0] for stem, rs in stems.items() if len(rs) == 1}
+        self.say = say or _stderr
         self.speed = speed  # 0 means no delay at all
         self.allow_inject = allow_inject
         self.inject = inject
@@ -137,7 +188,7 @@ class MockServer:
     def choose(self, request: web.Request) -> Recording | None:
         name = request.headers.get(MOCK_HEADER)
         if name is not None:
-            return self.by_name.get(name)
+            return self.by_name.get(name) or self.by_stem.get(name)
         dialect = detect(request.method, request.path, request.headers)
         pool = [r for r in self.recordings if r.dialect is dialect] or self.recordings
         key = dialect if pool is not self.recordings else None
@@ -167,12 +218,21 @@ class MockServer:
                 {"error": {"type": "sseproxy_injection", "message": str(exc)}},
             )
         response = web.StreamResponse(status=recording.status, headers=recording.headers)
-        await response.prepare(request)
-        clean = await self.play(response, recording, rules)
-        if clean:
-            await response.write_eof()
-        else:
-            _cut(request, reset=recording.end == EndReason.UPSTREAM_RESET)
+        try:
+            await response.prepare(request)
+            clean = await self.play(response, recording, rules)
+            if clean:
+                await response.write_eof()
+            else:
+                _cut(request, reset=recording.end == EndReason.UPSTREAM_RESET)
+        except (ConnectionError, asyncio.CancelledError) as exc:
+            # A client that leaves early is routine for a test upstream: one line, no traceback.
+            self.say(
+                f"sseproxy mock: the client left {recording.name} after "
+                f"{response.body_length} bytes ({type(exc).__name__})"
+            )
+            if isinstance(exc, asyncio.CancelledError):
+                raise
         return response
 
     def _header_rules(self, request: web.Request) -> tuple[Rule, ...]:
@@ -215,9 +275,23 @@ async def _perform(response: web.StreamResponse, steps: list[Any]) -> bool | Non
         elif isinstance(step, Close):
             return False
         elif isinstance(step, Stall):
-            await asyncio.sleep(3600)  # the client's own timeout is what is being tested
+            await asyncio.sleep(MAX_STALL_S)  # the client's own timeout is what is being tested
+            return False
+        elif isinstance(step, KeepAlive):
+            await _keep_alive(response, step)
             return False
     return None
+
+
+async def _keep_alive(response: web.StreamResponse, step: KeepAlive) -> None:
+    """Keep-alives only, until the client leaves or MAX_STALL_S passes."""
+    interval = step.interval_ms / 1000
+    for _ in range(int(MAX_STALL_S / interval)):
+        try:
+            await response.write(step.data)
+        except ConnectionError:
+            return  # the client gave up: that is the drill's outcome, not an error
+        await asyncio.sleep(interval)
 
 
 def _cut(request: web.Request, reset: bool) -> None:
@@ -231,6 +305,10 @@ def _cut(request: web.Request, reset: bool) -> None:
         transport.abort()
     else:
         transport.close()
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:

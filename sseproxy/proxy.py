@@ -26,6 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from . import __version__
+from .admin import admin_refusal
 from .capture import Capture, CaptureSettings, CaptureStore, redact_headers
 from .config import Route, Settings
 from .core import (
@@ -45,9 +46,11 @@ from .core.inject import InjectionError, Injector, Rule, parse_rules
 from .core.inject import Pause as InjectPause
 from .core.inject import Step as InjectStep
 from .core.inject import Write as InjectWrite
+from .core.request import RequestFacts, request_facts
 from .inspector import CONTENT_CHARS, TIMELINE_POINTS, Inspector, StreamView
-from .log import level_for, redact_query
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .log import json_ready, level_for
+from .metrics import Metrics
+from .redact import Secrets
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -84,8 +87,6 @@ UPSTREAM_REQUEST_ID_HEADERS = (
 )
 # An exception message can quote a whole malformed response; the error body stays readable.
 MAX_CAUSE_CHARS = 300
-# The request body is parsed for `model` only when it is at most this large.
-MODEL_SNIFF_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -221,20 +222,6 @@ def json_error(status: int, etype: str, message: str, **extra: Any) -> web.Respo
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def request_model(body: bytes, path: str) -> str | None:
-    """The model asked for: the request body's `model`, else the Gemini path's, best effort."""
-    if body and len(body) <= MODEL_SNIFF_BYTES and body.lstrip()[:1] == b"{":
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("model"), str):
-            return str(obj["model"])
-    if "/models/" in path:
-        return path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
-    return None
-
-
 class Exchange:
     """One proxied request: its identity, timings, tap and the record it ends with."""
 
@@ -253,13 +240,15 @@ class Exchange:
         self.view: StreamView | None = None
         self.span: Span | None = None
         self.request_id = uuid.uuid4().hex
+        # Rebuilt with the body once it is read; every sink gets what these redact.
+        self.secrets = Secrets.from_request(request.headers, request.raw_path, b"")
         self.timings = Timings(time.monotonic())
         self.tap: StreamTap | None = None
         self.route: Route | None = None
         self.status: int | None = None
         self.content_type: str | None = None
         self.upstream_request_id: str | None = None
-        self.model: str | None = None
+        self.facts = RequestFacts()
         self.stream = False
         self.verdict: Verdict | None = None
 
@@ -280,20 +269,21 @@ class Exchange:
                 max_event_bytes=self.settings.max_event_bytes,
                 content_chars=CONTENT_CHARS if self.settings.keep_content else 0,
             ),
+            request=self.facts,
         )
         for name in UPSTREAM_REQUEST_ID_HEADERS:
             if name in upstream.headers:
                 self.upstream_request_id = upstream.headers[name]
                 break
-        self.response_headers = redact_headers(upstream.headers)
+        self.response_headers = redact_headers(upstream.headers, self.secrets)
         request = self.request
         self.view = StreamView(
             self.request_id,
             request.method,
-            request.path,
+            self.secrets.redact_target(request.raw_path),
             time.time(),
             self.timings.start,
-            model=self.model,
+            model=self.facts.model,
             dialect=str(dialect) if dialect else None,
             status=self.status,
             tap=self.tap,
@@ -314,7 +304,7 @@ class Exchange:
         self.end = end
         self.http_complete = http_complete
         tap = self.tap or StreamTap(Dialect.SSE)
-        verdict = tap.close(end)
+        verdict = tap.close(end, http_complete=http_complete)
         if proxy_error is not None:
             interruption = None if end is EndReason.END_OF_INPUT else Interruption(str(end), 0)
             verdict = verdict.replace(
@@ -332,17 +322,17 @@ class Exchange:
         request = self.request
         record = verdict.to_dict()
         response_model = record.pop("model")
-        query = redact_query(request.query_string)
+        secrets = self.secrets
         fields: dict[str, Any] = {
             "request_id": self.request_id,
             "upstream_request_id": self.upstream_request_id,
             "method": request.method,
-            "path": request.path + (f"?{query}" if query else ""),
+            "path": secrets.redact_target(request.raw_path),
             "route": self.route.name if self.route else None,
             "upstream": self.route.upstream if self.route else None,
             "status": self.status,
             "content_type": self.content_type,
-            "model": self.model,
+            "model": self.facts.model,
             "response_model": response_model,
             "stream": self.stream,
             **self.timings.fields(time.monotonic()),
@@ -350,15 +340,21 @@ class Exchange:
         }
         if self.inject_rules:
             fields["injected"] = [str(rule) for rule in self.inject_rules]
+        # Once; every sink below gets only this, redacted and serialisable as JSON.
+        fields = json_ready(secrets.redact(fields))
+        if verdict.error is not None:  # tracing reads the error message from the verdict
+            verdict = verdict.replace(error=ErrorInfo(**fields["error"]))
         log.log(level_for(verdict.state), "request.finished", **fields)
         self.state.metrics.observe(verdict, self.status, fields)
         inspector = self.state.inspector
         text = self.tap.primary_text() if inspector.keep_content and self.tap else None
+        text = secrets.redact_text(text) if text else text
         inspector.finished(self.request_id, fields, text)
         if self.span is not None and self.state.tracing is not None:
-            self.state.tracing.end(self.span, verdict, fields)
+            self.state.tracing.end(self.span, verdict, fields, request=self.request_body)
         if self.capture is not None and self.state.captures is not None:
-            self.state.captures.save(self.capture, self.capture_meta(verdict, fields))
+            meta = self.capture_meta(verdict, fields)
+            self.state.captures.save(self.capture, meta, secrets)
 
     def capture_meta(self, verdict: Verdict, fields: dict[str, Any]) -> dict[str, Any]:
         request = self.request
@@ -366,12 +362,15 @@ class Exchange:
         return {
             "method": request.method,
             "path": fields["path"],
-            "request_headers": redact_headers(request.headers),
+            "request_headers": redact_headers(request.headers, self.secrets),
             "request_body_base64": self.state.captures.request_body(self.request_body),
             "status": self.status,
             "response_headers": self.response_headers,
             "dialect": str(verdict.dialect),
-            "content_encoding": self.response_headers.get("Content-Encoding"),
+            "content_encoding": next(
+                (v for k, v in self.response_headers.items() if k.lower() == "content-encoding"),
+                None,
+            ),
             "end": str(self.end) if self.end else None,
             "http_complete": self.http_complete,
             "verdict": verdict.to_dict(),
@@ -430,21 +429,23 @@ async def forward(exchange: Exchange, state: ProxyState) -> web.StreamResponse:
             "sseproxy_request_too_large",
             f"request body exceeds {settings.max_request_body_bytes} bytes",
         )
-    exchange.model = request_model(body, request.path)
+    exchange.facts = request_facts(request.path, request.query_string, body)
     exchange.request_body = body
+    exchange.secrets = exchange.secrets.with_body(body)
     try:
         exchange.inject_rules = injection_rules(request, route, settings)
     except InjectionError as exc:
         exchange.status = 403 if "disabled" in str(exc) else 400
         exchange.finish(EndReason.END_OF_INPUT, proxy_error=_error("injection", str(exc)))
         return json_error(exchange.status, "sseproxy_injection", str(exc))
-    url = route.target(request.path, request.query_string)
+    url = route.target(request.raw_path)
     headers = forwardable(
         request.headers, drop=frozenset({"host", "content-length", INJECT_HEADER})
     )
     assert state.session is not None
     if state.tracing is not None:
-        exchange.span = state.tracing.start(request.headers, headers, request.method, request.path)
+        target = exchange.secrets.redact_target(request.raw_path)
+        exchange.span = state.tracing.start(request.headers, headers, request.method, target)
     try:
         async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
             upstream = await state.session.request(
@@ -650,21 +651,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints are not open beyond loopback."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
     if request.method == "CONNECT":
         return refuse(request, 405, "sseproxy_method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return refuse(request, 400, "sseproxy_absolute_form", "only origin-form targets")
-    if request.path.startswith(OWN_PREFIX) and request.path != OWN_PREFIX + "healthz":
-        settings = request.app[SETTINGS]
-        if not is_loopback(settings.host):
-            token = settings.admin_token
-            given = request.headers.get("Authorization") == f"Bearer {token}" or (
-                request.query.get("token") == token  # EventSource cannot send headers
-            )
-            if not token or not given:
-                return json_error(403, "sseproxy_forbidden", "admin token required")
+    refused = admin_refusal(request, request.app[SETTINGS])
+    if refused is not None:
+        return refused
     return await handler(request)
 
 
@@ -687,8 +682,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[STATE].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Rendering every zero-initialised series takes milliseconds: not on the event loop.
+    render = request.app[STATE].metrics.render
+    body, content_type = await asyncio.to_thread(render, request.headers.get("Accept"))
+    response = web.Response(body=body, headers={"Content-Type": content_type})
+    response.enable_compression()  # gzip when the scraper accepts it, as Prometheus does
+    return response
 
 
 async def own_not_found(request: web.Request) -> web.Response:
@@ -702,7 +701,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
     captures = None
     if settings.capture_dir:
-        captures = CaptureStore(
+        captures = CaptureStore.open(
             CaptureSettings(
                 Path(settings.capture_dir),
                 settings.capture_max_bytes,
@@ -715,7 +714,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         from .tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
-    app[STATE] = ProxyState(Metrics(models), inspector, captures, tracing)
+    routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)

@@ -63,12 +63,14 @@ def replay(
     recorded chunking, dialect, encoding, status and ending are used unless options say
     otherwise, so the recorded verdict is reproduced."""
     dialect, encoding, end, status = options.dialect, None, str(EndReason.END_OF_INPUT), None
+    http_complete = True  # a saved body file is taken as the whole body
     pieces: Iterable[bytes] = chunks(data, options)
     if capture is not None:
         dialect = dialect or Dialect(capture["dialect"])
         encoding = capture.get("content_encoding")
         end = capture.get("end") or end
         status = capture.get("status")
+        http_complete = capture.get("http_complete", True) is not False
         if options.chunk_size is None and options.random_seed is None:
             pieces = recorded_chunks(capture, data)
     tap = StreamTap(dialect, content_encoding=encoding, options=TapOptions())
@@ -82,7 +84,7 @@ def replay(
                     continue  # a comment
                 record = {"type": frame.type, "data": frame.data, "id": frame.id}
                 lines.append(orjson.dumps(record))
-    verdict = with_transport(tap.close(end), status, end)
+    verdict = with_transport(tap.close(end, http_complete=http_complete), status, end)
     if events is not None and tap.framing is Framing.SSE:
         for line in lines:
             out.write(line.decode() + "\n")

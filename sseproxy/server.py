@@ -190,7 +190,7 @@ async def serve(settings: Settings, loop_name: str) -> int:
         listen=settings.listen,
         event_loop=loop_name,
         backlog=backlog,
-        upstream=settings.upstream,
+        upstream=settings.public_upstream,
         routes=[r.name for r in settings.routes] if not settings.upstream else None,
     )
     if not is_loopback(settings.host) and not settings.allow_remote:

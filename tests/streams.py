@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, Verdict
+from sseproxy.core.request import RequestFacts
 
 
 def sse(*events: Any, event: str | None = None) -> bytes:
@@ -56,14 +57,23 @@ def verdict_of(
     dialect: Dialect | None = None,
     end: EndReason = EndReason.END_OF_INPUT,
     bytewise: bool = True,
+    *,
+    http_complete: bool = True,
+    content_type: str | None = None,
+    request: RequestFacts | None = None,
 ) -> Verdict:
     """The verdict, after checking that byte-at-a-time delivery gives the very same one."""
-    whole = StreamTap(dialect, options=TapOptions(strict=True))
+
+    def tap() -> StreamTap:
+        options = TapOptions(strict=True)
+        return StreamTap(dialect, content_type=content_type, options=options, request=request)
+
+    whole = tap()
     whole.feed(data)
-    result = whole.close(end)
+    result = whole.close(end, http_complete=http_complete)
     if bytewise:
-        split = StreamTap(dialect, options=TapOptions(strict=True))
+        split = tap()
         for i in range(len(data)):
             split.feed(data[i : i + 1])
-        assert split.close(end) == result
+        assert split.close(end, http_complete=http_complete) == result
     return result

@@ -6,7 +6,18 @@ hot path, and a tuple is several times cheaper to create while staying immutable
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import NamedTuple
+
+
+class Framing(Enum):
+    """How a response body is framed; each has a reader in `readers.READERS`."""
+
+    UNDECIDED = "undecided"
+    SSE = "sse"
+    NDJSON = "ndjson"
+    JSON_BODY = "json"
+    TEXT = "text"
 
 
 class SSEEvent(NamedTuple):

@@ -35,10 +35,22 @@ class SSEDecoder:
 
     After `finish()`, `partial_bytes` says how many bytes belonged to a block (or line) that
     never ended and was therefore discarded.
+
+    The cap: a line (any field or comment, without its line end) whose length plus the data
+    already buffered for its block exceeds `max_event_bytes` makes the block oversized: that
+    line is ignored, the block's data is dropped (`oversized`, once per block) and its other
+    lines still apply. It is decided from the line alone, so it holds however the bytes are
+    chunked, and is decided while an unterminated line grows, so memory stays bounded.
+
+    Two paths give identical frames, ids and counts: LF-only input is split into blocks at C
+    speed (`block_path`), anything else goes line by line. `block_path=False` is for tests.
     """
 
-    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+    def __init__(
+        self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, block_path: bool = True
+    ) -> None:
         self.max_event_bytes = max_event_bytes
+        self.block_path = block_path
         self.pos = 0  # offset of the next byte not yet consumed (BOM included)
         self._head: bytes | None = b""  # bytes held until the leading BOM is decided
         self._skip_lf = False  # the previous chunk ended in CR: a leading LF is its pair
@@ -64,7 +76,7 @@ class SSEDecoder:
         self.finished = False
         # LF-only input takes the block path; the first CR switches to the line path, which
         # hands back at the next event boundary. Both give identical frames.
-        self._fast = True
+        self._fast = block_path
         self._pending: list[bytes] = []
         self._pending_len = 0
 
@@ -97,7 +109,7 @@ class SSEDecoder:
                 return out
             self._leave_fast_path(out)
         self._feed_lines(data, out)
-        if not (self._frags or self._discarding_line or self._block_start >= 0):
+        if self.block_path and not (self._frags or self._discarding_line or self._block_start >= 0):
             self._fast = True  # back on an event boundary: the block path can take over
         return out
 
@@ -178,9 +190,14 @@ class SSEDecoder:
     def _block(self, block: bytes, start: int, out: list[Frame]) -> None:
         """One complete block of the block path, other than a one-line `data: ` block."""
         if len(block) > self.max_event_bytes:
-            self.oversized += 1
-            self.last_event_id = self._id_buf
+            # May hold an oversized line: exactly what the line path does, line by line.
+            for line in block.split(b"\n"):
+                self._complete_line(line, start, out)
+                start += len(line) + 1
+            self._dispatch(out)
             return
+        # Within the cap no line can be oversized: a line plus the data before it in its
+        # block is never longer than the block.
         first_nl = block.find(b"\n")
         if first_nl < 0 and block[:5] == b"data:":
             self._emit(b"message", block[5:], start, out)
@@ -214,11 +231,11 @@ class SSEDecoder:
 
     def _leave_fast_path(self, out: list[Frame]) -> None:
         self._fast = False
-        pending = b"".join(self._pending)
+        pending = self._pending
         self._pending = []
         self._pending_len = 0
-        if pending:
-            self._feed_lines(pending, out)
+        for piece in pending:  # piece by piece: no join of up to a whole event's bytes
+            self._feed_lines(piece, out)
 
     # -- the line path: any line ends, split CRLF, oversized lines ---------------------------
 
@@ -234,7 +251,7 @@ class SSEDecoder:
         for line in lines:
             start = self.pos
             self.pos += len(line)
-            self._line(line.rstrip(b"\r\n"), start, out)
+            self._complete_line(line.rstrip(b"\r\n"), start, out)
         if tail is not None:
             self._hold(tail)
 
@@ -268,10 +285,15 @@ class SSEDecoder:
         line = b"".join(self._frags)
         self._frags = []
         self._frag_len = 0
+        self._complete_line(line.rstrip(b"\r\n"), self._line_start, out)
+
+    def _complete_line(self, line: bytes, start: int, out: list[Frame]) -> None:
+        """A whole line, its end removed: ignored if it breaks the cap, else interpreted."""
         if len(line) + self._data_len > self.max_event_bytes:
+            self._line_start = start
             self._mark_oversized()
             return
-        self._line(line.rstrip(b"\r\n"), self._line_start, out)
+        self._line(line, start, out)
 
     def _mark_oversized(self) -> None:
         if not self._block_oversized:
@@ -374,9 +396,9 @@ class LineDecoder:
                 piece = b"".join(self._frags)
                 self._frags = []
                 self._frag_len = 0
-                if len(piece) > self.max_line_bytes:
-                    self.oversized += 1
-                    continue
+            if len(piece) > self.max_line_bytes:  # whole or in pieces: the same rule
+                self.oversized += 1
+                continue
             piece = piece.rstrip(b"\r")
             if piece.strip():
                 out.append(Line(piece, start))

@@ -8,11 +8,14 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `split-utf8`: a write boundary inside every multi-byte UTF-8 character.
 - `delay=MS`: a pause of MS milliseconds before every write after the first.
 - `stall-after=N`: after N events nothing more is sent; the connection stays open.
+- `keepalive-stall=N`: after N events only keep-alives follow, one a second, forever: SSE
+  `: keep-alive` comments, Anthropic `event: ping`, a blank line for NDJSON (which has no
+  comment). Content never resumes: what a pinging server with a hung generator sends.
 - `cut-after=N`: after N events the connection is closed without ending the HTTP body.
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
-- `drop-terminal`: the dialect's terminal signal is removed: `[DONE]`, `message_stop`,
-  `response.completed/incomplete/failed`, Gemini chunks with a `finishReason`, Ollama's
-  `done: true` line, Vercel's `finish` and `[DONE]`.
+- `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
+  `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`.
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
@@ -30,7 +33,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .dialects import sniff
+from .dialects import sniff, spec_for
 from .events import SSEEvent
 from .framing import SSEDecoder
 from .verdict import Dialect
@@ -40,6 +43,7 @@ RULES = {
     "split-utf8",
     "delay",
     "stall-after",
+    "keepalive-stall",
     "cut-after",
     "cut-mid-event",
     "drop-terminal",
@@ -49,7 +53,9 @@ RULES = {
     "crlf",
 }
 DEFAULTS = {"cut-mid-event": 3, "done-after-cut": 2, "inject-error": 2}
-NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "cut-after"}
+NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "keepalive-stall", "cut-after"}
+# keepalive-stall: the interval between keep-alives (DeepSeek, sse-starlette send 1-15 s).
+KEEPALIVE_INTERVAL_MS = 1000
 
 
 class InjectionError(ValueError):
@@ -111,35 +117,70 @@ class Close:
     """End the connection without ending the HTTP body."""
 
 
-Step = Write | Pause | Stall | Close
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """From now on write `data` every `interval_ms`, and nothing else, until the client leaves
+    (or the shell's own bound ends the drill)."""
+
+    data: bytes
+    interval_ms: int
+
+
+Step = Write | Pause | Stall | Close | KeepAlive
 
 
 class RawEvents:
-    """Splits bytes into raw events (up to and including the blank line), keeping every byte."""
+    """Splits bytes into raw events (up to and including the blank line), keeping every byte.
+
+    Linear in the input however it is chunked: an unterminated line is kept as fragments and
+    joined once when it ends, and only the new bytes are searched for line ends.
+    """
 
     def __init__(self, ndjson: bool) -> None:
         self.ndjson = ndjson
-        self._line: list[bytes] = []
+        self._line: list[bytes] = []  # fragments of the line not yet ended
+        self._cr = False  # that line ended in CR: an LF first in the next read completes CRLF
         self._event: list[bytes] = []
+        self.work = 0  # bytes searched or copied, for the tests' linearity check
 
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
-        if self._line:
-            data = b"".join(self._line) + data
-            self._line = []
+        if not data:
+            return out
+        if self._cr:
+            self._cr = False
+            if data[0] == 10:  # LF
+                self._line.append(data[:1])
+                data = data[1:]
+            self._end_line(out)
+        self.work += len(data)
         lines = data.splitlines(True)
-        if lines and (lines[-1].endswith(b"\r") or not lines[-1].endswith((b"\n", b"\r"))):
-            self._line = [lines.pop()]  # a CR may be the first half of a CRLF
-        for line in lines:
-            self._event.append(line)
-            if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
-                out.append(b"".join(self._event))
-                self._event = []
+        for line in lines[:-1]:
+            self._line.append(line)
+            self._end_line(out)
+        if lines:
+            last = lines[-1]
+            self._line.append(last)
+            if last[-1] == 10:
+                self._end_line(out)
+            elif last[-1] == 13:
+                self._cr = True  # a CR may be the first half of a CRLF
         return out
+
+    def _end_line(self, out: list[bytes]) -> None:
+        line = self._line[0] if len(self._line) == 1 else b"".join(self._line)
+        self.work += len(line) if len(self._line) > 1 else 0
+        self._line = []
+        self._event.append(line)
+        if self.ndjson or line in (b"\n", b"\r\n", b"\r"):
+            event = self._event[0] if len(self._event) == 1 else b"".join(self._event)
+            self.work += len(event) if len(self._event) > 1 else 0
+            out.append(event)
+            self._event = []
 
     def rest(self) -> bytes:
         rest = b"".join(self._event) + b"".join(self._line)
-        self._event, self._line = [], []
+        self._event, self._line, self._cr = [], [], False
         return rest
 
 
@@ -150,71 +191,23 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
-    if ndjson:
-        return b'"done":true' in raw.replace(b" ", b"")
-    event = _parse(raw)
-    if event is None:
-        return False
-    etype, data = event.type, event.data
-    if data == "[DONE]":
-        return dialect in (None, Dialect.OPENAI_CHAT, Dialect.VERCEL_UI, Dialect.SSE)
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return etype == "message_stop" or '"message_stop"' in data
-    if dialect is Dialect.OPENAI_RESPONSES:
-        return etype in ("response.completed", "response.incomplete", "response.failed")
-    if dialect is Dialect.GEMINI:
-        return '"finishReason"' in data
-    if dialect is Dialect.VERCEL_UI:
-        return '"type":"finish"' in data.replace(" ", "")
-    return False
+    return spec_for(dialect).drills.is_terminal(None if ndjson else _parse(raw), raw)
 
 
-def error_event(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OPENAI_RESPONSES:
-        body = {
-            "type": "error",
-            "error": {
-                "type": "server_error",
-                "code": "server_error",
-                "message": "The server had an error (injected)",
-            },
-        }
-        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.GEMINI:
-        body = {
-            "error": {
-                "code": 503,
-                "message": "The model is overloaded (injected)",
-                "status": "UNAVAILABLE",
-            }
-        }
-        return b"data: " + json.dumps(body).encode() + b"\n\n"
-    if dialect is Dialect.OLLAMA:
-        return (
-            json.dumps({"error": "model runner has unexpectedly stopped (injected)"}).encode()
-            + b"\n"
-        )
-    if dialect is Dialect.VERCEL_UI:
-        return b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
-    body = {
-        "error": {
-            "message": "The server had an error (injected)",
-            "type": "server_error",
-            "code": "injected",
-        }
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
+    """The dialect's own in-band error; `sequence_number` continues a Responses stream's."""
+    return spec_for(dialect).drills.error(sequence_number)
 
 
 def end_marker(dialect: Dialect | None) -> bytes:
-    if dialect is Dialect.ANTHROPIC_MESSAGES:
-        return b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    if dialect is Dialect.OLLAMA:
-        return b'{"done":true}\n'
-    return b"data: [DONE]\n\n"
+    return spec_for(dialect).drills.end_marker
+
+
+def keepalive(dialect: Dialect | None, ndjson: bool) -> bytes:
+    """The dialect's own liveness signal: what its servers send while no content flows."""
+    if ndjson:
+        return spec_for(Dialect.OLLAMA).drills.keepalive
+    return spec_for(dialect).drills.keepalive
 
 
 def to_crlf(raw: bytes) -> bytes:
@@ -241,6 +234,7 @@ class Injector:
     ndjson: bool = False
     events_sent: int = 0
     done: bool = False
+    next_sequence: int = 0  # of a Responses stream, for an injected error event
     _raw: RawEvents = field(init=False)
     _first_write: bool = True
 
@@ -274,8 +268,12 @@ class Injector:
                 parsed = _parse(raw)
                 if parsed is not None:
                     self.dialect = sniff(parsed)
+            if self.events_sent == 0 and rules.get("keepalive-stall") == 0:
+                return self._keepalive_stall()
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
+            if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
+                self._track_sequence(raw)
             n = self.events_sent + 1
             if rules.get("cut-mid-event") == n:
                 steps += [*self._writes(raw[: max(1, len(raw) // 2)]), Close()]
@@ -289,7 +287,7 @@ class Injector:
             steps += self._writes(out)
             self.events_sent = n
             for name, tail in (
-                ("inject-error", [Write(error_event(self.dialect))]),
+                ("inject-error", [Write(error_event(self.dialect, self.next_sequence))]),
                 ("done-after-cut", [Write(end_marker(self.dialect))]),
             ):
                 if rules.get(name) == n:
@@ -304,7 +302,27 @@ class Injector:
                 steps.append(Stall())
                 self.done = True
                 return steps
+            if rules.get("keepalive-stall") == n:
+                return steps + self._keepalive_stall()
         return steps
+
+    def _track_sequence(self, raw: bytes) -> None:
+        event = _parse(raw)
+        if event is None:
+            return
+        try:
+            seq = json.loads(event.data).get("sequence_number")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:
+            self.next_sequence = seq + 1
+
+    def _keepalive_stall(self) -> list[Step]:
+        data = keepalive(self.dialect, self._raw.ndjson)
+        if "crlf" in self._by_name:
+            data = to_crlf(data)
+        self.done = True
+        return [KeepAlive(data, KEEPALIVE_INTERVAL_MS)]
 
     @staticmethod
     def _is_snapshot(raw: bytes) -> bool:

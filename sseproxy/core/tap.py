@@ -10,29 +10,32 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from .dialects import Assembler, new_assembler, sniff, sniff_body
-from .dialects.base import DEFAULT_CONTENT_CHARS, loads
+from .dialects import Assembler, new_assembler, sniff, sniff_body, spec_for
+from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly, loads
 from .encoding import BodyDecoder, ContentDecodingError
-from .events import Comment, Frame, SSEEvent
-from .framing import DEFAULT_MAX_EVENT_BYTES, LineDecoder, SSEDecoder
+from .events import Comment, Frame, Framing, Line, SSEEvent
+from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .readers import DEFAULT_MAX_BODY_BYTES, READERS, FramingChoice, Reader, SSEReader
+from .request import RequestFacts
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
-# A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+__all__ = ["Framing", "StreamTap", "TapOptions"]
+
 # Events held while the dialect is still unknown (auto mode). The first telling event decides;
 # a stream that says nothing within this many events is analysed as plain SSE.
 SNIFF_EVENTS = 32
+# Decompressed bytes of one compressed response analysed at most. Real LLM streams decompress
+# to a few MiB to ~20 MiB (a 64k-token Chat answer at ~250 bytes per chunk is ~16 MiB); 64 MiB
+# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand
+# at a few seconds of CPU, spent in short slices between other streams' work. Identity bodies
+# need no budget: their analysis is proportional to the bytes actually received.
+DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
+# Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
-
-
-class Framing(Enum):
-    UNDECIDED = "undecided"
-    SSE = "sse"
-    NDJSON = "ndjson"
-    JSON_BODY = "json"
+# States that a client leaving cannot change once the events decided them.
+KNOWN_OUTCOMES = {State.COMPLETED, State.INCOMPLETE, State.FAILED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,7 @@ class TapOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
+    max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     strict: bool = False
 
 
@@ -51,8 +55,10 @@ class StreamTap:
         content_type: str | None = None,
         content_encoding: str | None = None,
         options: TapOptions | None = None,
+        request: RequestFacts | None = None,
     ) -> None:
         self.options = options or TapOptions()
+        self.request = request or RequestFacts()
         self.dialect = dialect
         self.assembler: Assembler | None = (
             new_assembler(dialect, self.options.content_chars) if dialect else None
@@ -62,17 +68,20 @@ class StreamTap:
         self.comments = 0
         self.anomalies: Counter[str] = Counter()
         self.framing = Framing.UNDECIDED
-        self._ndjson = dialect is Dialect.OLLAMA or "ndjson" in (content_type or "").lower()
-        self._held: list[bytes] = []
-        self._held_len = 0
+        self._choice: FramingChoice | None = FramingChoice(
+            content_type,
+            ndjson=dialect is not None and spec_for(dialect).framing is Framing.NDJSON,
+            ndjson_hint=self._starts_ndjson,
+            anomalies=self.anomalies,
+            max_held=self.options.max_body_bytes,
+        )
+        self._reader: Reader | None = None
         self._pending_events: list[SSEEvent] = []
-        self._sse: SSEDecoder | None = None
-        self._lines: LineDecoder | None = None
-        self._body_overflow = False
         self._blind: str | None = None
         self._verdict: Verdict | None = None
         self._direct: tuple[SSEDecoder, Assembler] | None = None
         self._decoder: BodyDecoder | None = None
+        self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
             self._decoder = BodyDecoder(content_encoding)
         except ContentDecodingError:
@@ -90,7 +99,14 @@ class StreamTap:
             before = assembler.content_deltas
             try:
                 frames = sse.feed(chunk)
-                if frames:
+                if len(frames) == 1:  # the usual chunk: one event
+                    frame = frames[0]
+                    if type(frame) is Comment:
+                        self.comments += 1
+                    else:
+                        assembler.on_event(frame)  # type: ignore[arg-type]
+                        self.events += 1
+                elif frames:
                     on_event = assembler.on_event
                     comments = 0
                     for frame in frames:
@@ -106,11 +122,42 @@ class StreamTap:
                 self._go_blind("core_error")
                 return 0
             return assembler.content_deltas - before
-        if self._blind is not None or self._decoder is None:
+        deltas = self._analyse_slice(chunk)
+        reader = self._reader
+        if (
+            type(reader) is SSEReader
+            and self.assembler is not None
+            and self._decoder is not None
+            and self._decoder.identity
+            and self._blind is None
+        ):
+            self._direct = (reader.decoder, self.assembler)
+        return deltas
+
+    @property
+    def backlog(self) -> bool:
+        """Compressed input received but not yet analysed: call `pump()` (one slice each)."""
+        return self._blind is None and self._decoder is not None and self._decoder.pending
+
+    def pump(self) -> int:
+        """Analyse one more slice of a compressed body's backlog; returns content deltas."""
+        return self._analyse_slice(b"") if self.backlog else 0
+
+    def _analyse_slice(self, chunk: bytes) -> int:
+        """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
+        decoder = self._decoder
+        if self._blind is not None or decoder is None:
             return 0
         before = self.assembler.content_deltas if self.assembler else 0
         try:
-            for piece in self._decoder.decode(chunk):
+            piece = decoder.decode(chunk)
+            if not decoder.identity:
+                if self.decoded_bytes + len(piece) > self.options.max_decoded_bytes:
+                    self._go_blind("analysis_budget_exceeded")
+                    self._decoder = None  # its backlog is dropped: nothing more is analysed
+                    return 0
+                self.decoded_bytes += len(piece)
+            if piece:
                 self._feed_decoded(piece)
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
@@ -120,27 +167,26 @@ class StreamTap:
                 raise
             self._go_blind("core_error")
             return 0
-        if (
-            self.framing is Framing.SSE
-            and self._sse is not None
-            and self.assembler is not None
-            and self._decoder.identity
-            and self._blind is None
-        ):
-            self._direct = (self._sse, self.assembler)
         return (self.assembler.content_deltas if self.assembler else 0) - before
 
-    def close(self, end: EndReason | str = EndReason.END_OF_INPUT) -> Verdict:
-        """The bytes ended for `end`; decide. Idempotent: later calls return the same verdict."""
+    def close(
+        self, end: EndReason | str = EndReason.END_OF_INPUT, *, http_complete: bool = True
+    ) -> Verdict:
+        """The bytes ended for `end`; decide. Idempotent: later calls return the same verdict.
+
+        `http_complete`: the body ended by its own HTTP framing (last-chunk, Content-Length,
+        or the close of a close-delimited body). A body that did not is never a success unless
+        the dialect's end marker had already arrived.
+        """
         if self._verdict is None:
             try:
-                self._verdict = self._conclude(str(end))
+                self._verdict = self._conclude(str(end), http_complete)
             except Exception:
                 if self.options.strict:
                     raise
                 self._go_blind("core_error")
                 try:
-                    self._verdict = self._conclude(str(end))
+                    self._verdict = self._conclude(str(end), http_complete)
                 except Exception:
                     self._verdict = Verdict(
                         dialect=self.dialect or Dialect.SSE,
@@ -149,81 +195,51 @@ class StreamTap:
                         bytes=self.bytes,
                         events=self.events,
                         comments=self.comments,
+                        http_complete=http_complete,
                     )
         return self._verdict
 
     # -- framing ----------------------------------------------------------------------------
 
     def _feed_decoded(self, data: bytes) -> None:
-        if self.framing is Framing.UNDECIDED:
-            data = self._decide_framing(data)
-            if not data:
+        reader = self._reader
+        if reader is None:
+            assert self._choice is not None
+            framing = self._choice.feed(data)
+            if framing is None:
                 return
-        if self.framing is Framing.SSE:
-            assert self._sse is not None
-            self._on_frames(self._sse.feed(data))
-        elif self.framing is Framing.NDJSON:
-            assert self._lines is not None
-            assembler = self._assembler_for_lines()
-            for line in self._lines.feed(data):
-                self.events += 1
-                assembler.on_line(line)
-        else:
-            self._hold(data)
+            reader = self._use(framing)
+            data = self._choice.take()
+            self._choice = None
+        reader.feed(data)
 
-    def _decide_framing(self, data: bytes) -> bytes:
-        """Hold leading whitespace until the first significant byte says which framing this is."""
-        self._hold(data)
-        held = b"".join(self._held)
-        stripped = held.lstrip(b" \t\r\n\xef\xbb\xbf")
-        if not stripped:
-            if len(held) < 64 * 1024:
-                return b""
-            stripped = b"\n"  # a sea of blank lines can only be SSE
-        first = stripped[:1]
-        if first in (b"{", b"["):
-            if self._ndjson:
-                self.framing = Framing.NDJSON
-            elif b"\n" not in stripped:
-                return b""  # cannot tell NDJSON from a JSON body before the first line ends
-            elif self._looks_like_ndjson(stripped):
-                self.framing = Framing.NDJSON
-            else:
-                self.framing = Framing.JSON_BODY
-                return b""  # already held
-        else:
-            self.framing = Framing.SSE
-        self._held, self._held_len = [], 0
-        if self.framing is Framing.SSE:
-            self._sse = SSEDecoder(self.options.max_event_bytes)
-        else:
-            self._lines = LineDecoder(self.options.max_event_bytes)
-        return held
+    def _use(self, framing: Framing) -> Reader:
+        self.framing = framing
+        if framing is Framing.TEXT:
+            if self.assembler is not None:
+                self.anomalies["unexpected_content_type"] += 1
+            self.dialect = Dialect.TEXT
+            self.assembler = new_assembler(Dialect.TEXT, self.options.content_chars)
+        elif framing is Framing.NDJSON and self.assembler is None:
+            self._adopt(Dialect.OLLAMA)  # the one NDJSON dialect
+        options = self.options
+        self._reader = READERS[framing](self, options.max_event_bytes, options.max_body_bytes)
+        return self._reader
 
-    def _looks_like_ndjson(self, stripped: bytes) -> bool:
-        first_line = stripped.split(b"\n", 1)[0]
+    def _starts_ndjson(self, first_line: bytes) -> bool:
+        """Does a JSON first line open an NDJSON stream (rather than one JSON body)?"""
         try:
             obj = loads(first_line)
         except ValueError:
             return False
-        return self.dialect in (None, Dialect.OLLAMA) and sniff_body(obj) is Dialect.OLLAMA
-
-    def _hold(self, data: bytes) -> None:
-        if self._held_len + len(data) > self.options.max_body_bytes:
-            self._body_overflow = True
-            return
-        self._held.append(data)
-        self._held_len += len(data)
-
-    def _assembler_for_lines(self) -> Assembler:
-        if self.assembler is None:
-            self.dialect = Dialect.OLLAMA
-            self.assembler = new_assembler(Dialect.OLLAMA, self.options.content_chars)
-        return self.assembler
+        dialect = sniff_body(obj)
+        if dialect is None or (self.dialect is not None and dialect is not self.dialect):
+            return False
+        return spec_for(dialect).framing is Framing.NDJSON
 
     # -- events -----------------------------------------------------------------------------
 
-    def _on_frames(self, frames: list[Frame]) -> None:
+    def on_frames(self, frames: list[Frame]) -> None:
         if self.assembler is None:
             for frame in frames:
                 self._on_frame_sniffing(frame)
@@ -255,6 +271,21 @@ class StreamTap:
             return None
         return self._adopt(dialect or Dialect.SSE)
 
+    def on_line(self, line: Line) -> None:
+        self.events += 1
+        assert self.assembler is not None
+        self.assembler.on_line(line)
+
+    def on_text(self, text: str) -> None:
+        assert self.assembler is not None
+        self.assembler.on_text(text)
+
+    def on_body(self, body: Any) -> None:
+        if self.assembler is None:
+            self._adopt(sniff_body(body) or Dialect.SSE)
+        assert self.assembler is not None
+        self.assembler.on_body(body)
+
     def _adopt(self, dialect: Dialect) -> Assembler:
         self.dialect = dialect
         assembler = self.assembler = new_assembler(dialect, self.options.content_chars)
@@ -272,106 +303,122 @@ class StreamTap:
 
     def _finish_framing(self) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
+        while self.backlog:  # a caller that did not pump: the budget bounds this
+            self.pump()
         if self._decoder is not None and self._blind is None and not self._decoder.finish():
             self.anomalies["truncated_compressed_body"] += 1
-        if (
-            self.framing is Framing.UNDECIDED
-            and self._blind is None
-            and (self._held or self._body_overflow)
-        ):
-            self.framing = Framing.JSON_BODY  # a single JSON body without a newline
-        if self.framing is Framing.SSE and self._sse is not None:
-            self._on_frames(self._sse.finish())
-            partial = self._sse.partial_bytes
-            if self._sse.invalid_utf8:
-                self.anomalies["invalid_utf8"] += self._sse.invalid_utf8
-            if self._sse.oversized:
-                self.anomalies["oversized_event"] += self._sse.oversized
-            if self._sse.unknown_fields:
-                # Lines that are not SSE fields: e.g. a raw JSON error body inside the stream.
-                self.anomalies["unknown_sse_field"] += self._sse.unknown_fields
-            if self._blind is None and self.assembler is None:
-                self._adopt(Dialect.SSE)
-            return partial
-        if self.framing is Framing.NDJSON and self._lines is not None:
-            if self._lines.oversized:
-                self.anomalies["oversized_event"] += self._lines.oversized
-            return self._lines.finish()
-        if self.framing is Framing.JSON_BODY and self._blind is None:
-            self._conclude_body()
-        return 0
+        if self._reader is None and self._choice is not None:
+            framing = self._choice.finish()
+            if framing is not None:
+                self._use(framing).feed(self._choice.take())
+            self._choice = None
+        partial = self._reader.finish() if self._reader is not None else 0
+        if self.assembler is None and self._blind is None:
+            self._adopt(Dialect.SSE)
+        if self.anomalies.get("body_too_large_to_analyse"):
+            self._blind = "body_too_large_to_analyse"  # counted by the reader; nothing was seen
+        return partial
 
-    def _conclude_body(self) -> None:
-        if self._body_overflow:
-            self._go_blind("body_too_large_to_analyse")
-            return
-        try:
-            body = loads(b"".join(self._held))
-        except ValueError:
-            self.anomalies["json_decode_error"] += 1
-            body = None
-        finally:
-            self._held = []
-        if self.assembler is None:
-            self._adopt(sniff_body(body) or Dialect.SSE)
-        assert self.assembler is not None
-        self.assembler.on_body(body)
-
-    def _conclude(self, end: str) -> Verdict:
-        partial = self._finish_framing() if self._blind is None else 0
-        if self._blind is not None and self.framing is Framing.SSE and self._sse:
-            self._sse.finish()
-            partial = self._sse.partial_bytes
-        clean = end in CLEAN_ENDS
+    def _conclude(self, end: str, http_complete: bool) -> Verdict:
+        if self._blind is None:
+            partial = self._finish_framing()
+        else:  # what was not analysed can still tell where the bytes stopped
+            partial = self._reader.decoder.partial_bytes if type(self._reader) is SSEReader else 0
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
-        outcome = assembler.conclude(partial > 0, clean)
-        state = outcome.state
+        body_complete = http_complete and end in CLEAN_ENDS
+        result = assembler.summarize(partial > 0, body_complete)
+        outcome = result.outcome
+        state = self._transport_rule(result, end, body_complete)
         if self._blind is not None and not (
-            state is State.FAILED or (assembler.terminal and state is State.INCOMPLETE)
+            state is State.FAILED or (result.terminal and state is State.INCOMPLETE)
         ):
             # Part of the stream went unseen: whatever came after could change the verdict.
             state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
-        tool_calls = assembler.tool_call_summaries()
-        anomalies = self.anomalies + assembler.anomalies
-        last_id = self._sse.last_event_id if self._sse else ""
+        self._request_checks(state, result)
+        interruption = None
+        if state is State.INTERRUPTED or (
+            end == EndReason.CLIENT_DISCONNECTED and not result.terminal
+        ):
+            interruption = Interruption(end, partial)
+        anomalies = self.anomalies + result.anomalies
+        reader = self._reader
+        last_id = reader.decoder.last_event_id if type(reader) is SSEReader else ""
         return Verdict(
-            dialect=assembler.dialect,
+            dialect=result.dialect,
             state=state,
             finish_reason=outcome.finish_reason,
             finish_category=outcome.finish_category,
-            last_event=assembler.last_event,
+            finish_reasons=outcome.finish_reasons,
+            last_event=result.last_event,
             last_event_id=last_id or None,
-            interruption=Interruption(end, partial) if state is State.INTERRUPTED else None,
-            error=assembler.error,
+            interruption=interruption,
+            http_complete=http_complete,
+            error=result.error,
             anomalies=dict(sorted(anomalies.items())),
             bytes=self.bytes,
             events=self.events,
             comments=self.comments,
-            text_chars=assembler.text.chars,
-            reasoning_chars=assembler.reasoning.chars,
-            refusal_chars=assembler.refusal.chars,
-            tool_calls=tool_calls,
-            server_tool_calls=tuple(assembler.server_tool_calls),
-            usage=assembler.usage,
-            response_id=assembler.response_id,
-            model=assembler.model,
+            text_chars=result.text_chars,
+            reasoning_chars=result.reasoning_chars,
+            refusal_chars=result.refusal_chars,
+            tool_calls=result.tool_calls,
+            server_tool_calls=result.server_tool_calls,
+            usage=result.usage,
+            response_id=result.response_id,
+            model=result.model,
         )
+
+    def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:
+        """How the bytes ended decides whether the events' outcome stands (PROTOCOLS §9.2 plus
+        the HTTP framing): a truncated body is `interrupted` unless the end marker (or an
+        in-band error) had arrived; a client that left after the outcome was known keeps it."""
+        state = result.outcome.state
+        if self.bytes == 0 and state is not State.FAILED:
+            self.anomalies["empty_body"] += 1
+            return State.UNCONFIRMED if body_complete else State.INTERRUPTED
+        if body_complete:
+            return state
+        if result.terminal or result.error is not None:
+            if end != EndReason.CLIENT_DISCONNECTED:
+                self.anomalies["truncated_after_terminal"] += 1
+            return state
+        if end == EndReason.CLIENT_DISCONNECTED and state in KNOWN_OUTCOMES:
+            self.anomalies["client_left_before_end"] += 1
+            return state
+        return State.INTERRUPTED
+
+    def _request_checks(self, state: State, result: Assembly) -> None:
+        """Compare the response with what the request asked for."""
+        facts = self.request
+        if facts.stream_framing and self.framing is Framing.JSON_BODY and result.error is None:
+            self.anomalies["stream_not_honoured"] += 1
+        if state not in (State.COMPLETED, State.INCOMPLETE):
+            return
+        if facts.include_usage and result.usage is None:
+            self.anomalies["usage_missing"] += 1
+        if facts.choices is not None and facts.choices > 1:
+            finished = result.outcome.finish_reasons or (result.outcome.finish_reason,)
+            if sum(1 for r in finished if r is not None) < facts.choices:
+                self.anomalies["choices_missing"] += 1
 
     # -- for callers that want more than the verdict ----------------------------------------
 
     @property
     def retained_bytes(self) -> int:
-        framing = self._sse or self._lines
-        return self._held_len + (framing.retained_bytes if framing else 0)
+        decoder = self._decoder.retained_bytes if self._decoder is not None else 0
+        if self._reader is not None:
+            return self._reader.retained_bytes + decoder
+        return (self._choice.held_len if self._choice is not None else 0) + decoder
 
     def primary_text(self) -> str:
         """The visible answer of choice / candidate 0 (all parts for single-message dialects)."""
         if self.assembler is None:
             return ""
-        if self.assembler.dialect in (Dialect.OPENAI_CHAT, Dialect.GEMINI):
-            return self.assembler.text.group_text(0)
+        group = spec_for(self.assembler.dialect).primary_group
+        if group is not None:
+            return self.assembler.text.group_text(group)
         return self.assembler.text.all_text()
 
     def describe(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ class Dialect(StrEnum):
     OLLAMA = "ollama"
     VERCEL_UI = "vercel-ui"
     SSE = "sse"
+    TEXT = "text"
 
 
 class State(StrEnum):
@@ -43,12 +44,18 @@ class FinishCategory(StrEnum):
 
 
 class EndReason(StrEnum):
-    """What ended the bytes, as the caller saw it. Only reported when the stream was cut."""
+    """What ended the bytes, as the caller saw it. Only reported when the stream was cut.
+
+    Whether the HTTP body itself was whole is a separate fact (`http_complete`): the upstream
+    closing the connection is a clean end only when the body's own framing had completed.
+    """
 
     END_OF_INPUT = "end_of_input"
     UPSTREAM_CLOSED = "upstream_closed"
     UPSTREAM_RESET = "upstream_reset"
+    UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"
     IDLE_TIMEOUT = "idle_timeout"
+    CONTENT_TIMEOUT = "content_timeout"
     CLIENT_DISCONNECTED = "client_disconnected"
     PROXY_SHUTDOWN = "proxy_shutdown"
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
@@ -65,7 +72,7 @@ class ErrorInfo:
     """An error reported by the provider, in-band or as a non-2xx body."""
 
     type: str | None
-    code: str | int | None
+    code: str | None  # always a string: providers send 429 and "429"; a log field has one type
     message: str | None
 
 
@@ -79,7 +86,11 @@ class ToolCallSummary:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage normalised across dialects; `raw` is the provider's own object."""
+    """Token usage normalised across dialects; `raw` is the provider's own object.
+
+    `raw` stays out of the record (`Verdict.to_dict`): its shape differs per provider and per
+    model, which breaks log pipelines that map fields to one type.
+    """
 
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -93,11 +104,17 @@ class Usage:
 class Verdict:
     dialect: Dialect
     state: State
-    finish_reason: str | list[str | None] | None = None
+    # The provider's reason that decided the state (choice 0's unless another choice was cut
+    # short); every choice's own reason is in `finish_reasons` when there is more than one.
+    finish_reason: str | None = None
     finish_category: FinishCategory | None = None
+    finish_reasons: tuple[str | None, ...] | None = None
     last_event: str | None = None
     last_event_id: str | None = None
     interruption: Interruption | None = None
+    # The upstream body ended by its own HTTP framing (last-chunk, Content-Length reached, or
+    # the close of a close-delimited body). False for every cut, whoever made it.
+    http_complete: bool = True
     error: ErrorInfo | None = None
     anomalies: Mapping[str, int] = field(default_factory=dict)
     bytes: int = 0
@@ -125,7 +142,11 @@ class Verdict:
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name != "raw"
+        }
     if isinstance(value, StrEnum):
         return str(value)
     if isinstance(value, Mapping):
@@ -136,7 +157,8 @@ def _plain(value: Any) -> Any:
 
 
 def with_transport(verdict: Verdict, status: int | None, end: str) -> Verdict:
-    """Add what only the HTTP layer knows: a non-2xx status, or a client that went away."""
+    """Add what only the HTTP layer knows: a non-2xx status, or a client that went away
+    before the outcome was known (after it, the tap already kept the outcome)."""
     if status is not None and not 200 <= status < 300:
         return verdict.replace(state=State.HTTP_ERROR, interruption=None)
     if end == EndReason.CLIENT_DISCONNECTED and verdict.state is State.INTERRUPTED:

@@ -34,8 +34,7 @@ def analyse(data: bytes, how: str) -> tuple[StreamTap, Verdict]:
 
 
 def first_reason(verdict: Verdict) -> Any:
-    reason = verdict.finish_reason
-    return reason[0] if isinstance(reason, list) else reason
+    return verdict.finish_reasons[0] if verdict.finish_reasons else verdict.finish_reason
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["file"])
@@ -69,7 +68,8 @@ def test_corpus_verdict(entry: dict[str, Any], how: str) -> None:
         assert verdict.error is not None
         assert verdict.error.message == expected["error"]["message"]
     if "choices" in expected:
-        assert verdict.finish_reason == [c["finish_reason"] for c in expected["choices"].values()]
+        reasons = [c["finish_reason"] for c in expected["choices"].values()]
+        assert list(verdict.finish_reasons or ()) == reasons
     if "server_tool_calls" in expected:
         assert list(verdict.server_tool_calls) == expected["server_tool_calls"]
 

@@ -54,13 +54,36 @@ def test_serve_starts_answers_and_stops_on_sigterm() -> None:
     assert events[-1] == "proxy.stopped"
 
 
+def test_proxy_started_never_prints_upstream_userinfo() -> None:
+    port = free_port()
+    env = {**os.environ, "SSEPROXY_LISTEN": f"127.0.0.1:{port}", "SSEPROXY_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sseproxy", "--upstream", "http://user:hunter2@127.0.0.1:9"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())  # the first line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert started["event"] == "proxy.started"
+    assert started["upstream"] == "http://***@127.0.0.1:9"
+
+
 def test_bad_config_exits_2_with_every_problem() -> None:
     env = {**os.environ, "SSEPROXY_LISTEN": "nope", "SSEPROXY_IDLE_TIMEOUT": "-3"}
     proc = subprocess.run(
         [sys.executable, "-m", "sseproxy"], env=env, capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 2
-    assert "listen" in proc.stderr and "idle_timeout" in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "sseproxy: config: listen: 'nope' (SSEPROXY_LISTEN) is not HOST:PORT",
+        "sseproxy: config: idle_timeout: -3.0 (SSEPROXY_IDLE_TIMEOUT) must be positive",
+    ]
 
 
 FAKE_UPSTREAM = r"""

@@ -64,15 +64,21 @@ async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
     ok = (
         ("dialect", "openai-chat"),
         ("finish_category", "stop"),
+        ("route", "upstream"),
         ("state", "completed"),
         ("status_class", "2xx"),
     )
     assert got[("sseproxy_requests_total", tuple(sorted((*ok, ("model", "gpt-known")))))] == 1
     assert got[("sseproxy_requests_total", tuple(sorted((*ok, ("model", "other")))))] == 1
-    cut = [k for k in got if k[0] == "sseproxy_requests_total" and ("state", "interrupted") in k[1]]
-    assert cut and got[cut[0]] == 1
+    cut = [
+        k
+        for k, v in got.items()
+        if k[0] == "sseproxy_requests_total" and ("state", "interrupted") in k[1] and v
+    ]
+    assert len(cut) == 1 and got[cut[0]] == 1
     assert got[("sseproxy_anomalies_total", (("anomaly", "partial_event_discarded"),))] == 1
-    assert got[("sseproxy_tokens_total", (("dialect", "openai-chat"), ("kind", "input")))] == 14
+    openai_input = (("dialect", "openai-chat"), ("kind", "input_uncached"))
+    assert got[("sseproxy_tokens_total", openai_input)] == 14
     assert got[("sseproxy_ttft_seconds_count", (("dialect", "openai-chat"),))] == 2
     assert got[("sseproxy_active_streams", ())] == 0
     assert got[("sseproxy_upstream_bytes_total", (("dialect", "openai-chat"),))] == 2 * len(
@@ -80,6 +86,55 @@ async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
     )
     labels = {v for k in got for _, v in k[1]}
     assert "unlisted-model" not in labels  # label values stay bounded
+
+
+async def test_a_rare_state_is_visible_to_increase(upstream, make_proxy, logs) -> None:
+    """The series of a rare outcome exists at zero before its first request, so a scraper
+    sees 0 then 1 (an increase), not a series born holding 1."""
+    fake, _ = upstream
+    busy = b'{"error":{"message":"busy"}}'
+    fake.script(
+        PATH, Script([Send(busy)], status=503, headers={"Content-Type": "application/json"})
+    )
+    client = await make_proxy()
+    key = (
+        "sseproxy_requests_total",
+        tuple(
+            sorted(
+                {
+                    "route": "upstream",
+                    "dialect": "openai-chat",
+                    "state": "http_error",
+                    "finish_category": "error",
+                    "status_class": "5xx",
+                    "model": "other",
+                }.items()
+            )
+        ),
+    )
+    before = samples(await (await client.get("/_sseproxy/metrics")).text())
+    assert before[key] == 0
+    await (await client.post(PATH, json={"model": "m"})).read()
+    await wait_records(logs, 1)
+    after = samples(await (await client.get("/_sseproxy/metrics")).text())
+    assert after[key] == 1, [k for k, v in after.items() if v and "requests" in k[0]]
+
+
+async def test_openmetrics_and_gzip_when_the_scraper_asks(make_proxy) -> None:
+    client = await make_proxy()
+    resp = await client.get(
+        "/_sseproxy/metrics",
+        headers={
+            "Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+            "Accept-Encoding": "gzip",
+        },
+    )
+    assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert resp.headers["Content-Encoding"] == "gzip"
+    body = await resp.read()  # aiohttp decompresses
+    assert body.endswith(b"# EOF\n") and b"sseproxy_build_info" in body
+    plain = await client.get("/_sseproxy/metrics")
+    assert plain.headers["Content-Type"].startswith("text/plain")
 
 
 async def test_capture_and_replay(upstream, make_proxy, logs, tmp_path: Path) -> None:

@@ -30,7 +30,13 @@ def chat(content=None, finish=None):
 USAGE = {
     "id": "chatcmpl-9",
     "choices": [],
-    "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13},
+    "usage": {
+        "prompt_tokens": 11,
+        "completion_tokens": 7,
+        "total_tokens": 18,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "completion_tokens_details": {"reasoning_tokens": 5},
+    },
 }
 
 
@@ -50,7 +56,9 @@ async def test_span_per_request_with_genai_attributes(upstream, aiohttp_client, 
     tracing = Tracing(exporter)
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": url}), tracing=tracing))
     resp = await client.post(
-        PATH, json={"model": "gpt-x", "stream": True}, headers={"traceparent": PARENT}
+        PATH,
+        json={"model": "gpt-x", "stream": True, "max_tokens": 99, "temperature": 0.5},
+        headers={"traceparent": PARENT},
     )
     await resp.read()
     [span] = await spans_of(exporter, tracing, 1)
@@ -65,7 +73,16 @@ async def test_span_per_request_with_genai_attributes(upstream, aiohttp_client, 
         "chatcmpl-9",
         ("stop",),
     )
-    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 2)
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 7)
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 4
+    assert a["gen_ai.usage.reasoning.output_tokens"] == 5
+    assert "gen_ai.usage.cache_creation.input_tokens" not in a  # OpenAI does not report it
+    host, port = url.removeprefix("http://").split(":")
+    assert (a["server.address"], a["server.port"]) == (host, int(port))
+    assert (a["gen_ai.request.stream"], a["gen_ai.request.max_tokens"]) == (True, 99)
+    assert a["gen_ai.request.temperature"] == 0.5
+    [record] = logs.records()
+    assert a["gen_ai.response.time_to_first_chunk"] == record["ttft_ms"] / 1000
     assert (a["sseproxy.state"], a["sseproxy.last_event"]) == ("completed", "[DONE]")
     assert [e.name for e in span.events] == ["sseproxy.first_byte", "sseproxy.first_content"]
     # continued from the incoming traceparent...
@@ -96,16 +113,22 @@ async def test_interrupted_stream_span_is_an_error(upstream, aiohttp_client, log
 
 
 async def test_otlp_http_export_reaches_a_receiver(
-    upstream, aiohttp_server, aiohttp_client, logs
+    upstream, aiohttp_server, aiohttp_client, logs, monkeypatch
 ) -> None:
+    """As README says for Phoenix / Langfuse: headers and the project's resource attribute
+    come from the standard OTEL_* variables."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic cGs6c2s=")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "openinference.project.name=my-app")
     received: list[ExportTraceServiceRequest] = []
+    authorizations: list[str | None] = []
 
     async def collect(request: web.Request) -> web.Response:
         message = ExportTraceServiceRequest()
         message.ParseFromString(await request.read())
         received.append(message)
+        authorizations.append(request.headers.get("Authorization"))
         return web.Response(body=b"", content_type="application/x-protobuf")
 
     receiver_app = web.Application()
@@ -130,3 +153,109 @@ async def test_otlp_http_export_reaches_a_receiver(
     assert [s.name for s in spans] == ["chat gpt-x"]
     attributes = {kv.key: kv.value for kv in spans[0].attributes}
     assert attributes["sseproxy.state"].string_value == "completed"
+    assert set(authorizations) == {"Basic cGs6c2s="}
+    resource = {
+        kv.key: kv.value.string_value for kv in received[0].resource_spans[0].resource.attributes
+    }
+    assert (resource["openinference.project.name"], resource["service.name"]) == (
+        "my-app",
+        "sseproxy",
+    )
+
+
+async def test_a_call_that_is_not_genai_has_no_operation_name(
+    upstream, aiohttp_client, logs
+) -> None:
+    """A plain SSE stream (no known dialect) is no GenAI operation: the attribute is omitted,
+    never "http"; the span keeps its HTTP name. Upstream userinfo never reaches the span."""
+    fake, url = upstream
+    fake.script("/events", Script([Send(b"data: tick\n\n")]))
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    with_userinfo = url.replace("http://", "http://alice:s3cret@")
+    client = await aiohttp_client(
+        create_app(load(None, {}, {"upstream": with_userinfo}), tracing=tracing)
+    )
+    await (await client.get("/events")).read()
+    [span] = await spans_of(exporter, tracing, 1)
+    assert "gen_ai.operation.name" not in span.attributes
+    assert span.name == "GET /events"
+    assert span.attributes["server.address"] == "127.0.0.1"
+    assert not any("s3cret" in str(v) or "alice" in str(v) for v in span.attributes.values())
+
+
+def finished_span(verdict, fields, request):
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    span = tracing.tracer.start_span("POST /x")
+    tracing.end(span, verdict, fields, request=request)
+    tracing.provider.force_flush()
+    [done] = exporter.get_finished_spans()
+    return done
+
+
+@pytest.mark.parametrize(
+    ("request_body", "expected"),
+    [
+        (
+            {"max_tokens": 256, "temperature": 0.2, "top_p": 0.9, "stream": True},
+            {
+                "gen_ai.request.max_tokens": 256,
+                "gen_ai.request.temperature": 0.2,
+                "gen_ai.request.top_p": 0.9,
+                "gen_ai.request.stream": True,
+            },
+        ),
+        ({"max_completion_tokens": 64}, {"gen_ai.request.max_tokens": 64}),
+        (
+            {"generationConfig": {"maxOutputTokens": 32, "temperature": 1}},
+            {"gen_ai.request.max_tokens": 32, "gen_ai.request.temperature": 1.0},
+        ),
+        ({"options": {"num_predict": 8}}, {"gen_ai.request.max_tokens": 8}),
+        # the client controls these: wrong types and impossible values are left out
+        ({"max_tokens": -1, "temperature": "hot", "stream": "yes"}, {}),
+        ({"max_tokens": 10**12, "temperature": float("nan"), "top_p": True}, {}),
+    ],
+)
+def test_request_parameters_on_the_span(request_body, expected) -> None:
+    from sseproxy.core import Dialect, State, Verdict
+
+    verdict = Verdict(Dialect.OPENAI_CHAT, State.COMPLETED)
+    span = finished_span(verdict, {"model": "m"}, request_body)
+    got = {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.request.")}
+    assert got == {"gen_ai.request.model": "m", **expected}
+
+
+def test_anthropic_cache_creation_and_log_ids() -> None:
+    from sseproxy.core import Dialect, State, Usage, Verdict
+    from sseproxy.tracing import log_ids
+
+    raw = {"input_tokens": 3, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 9}
+    usage = Usage(input_tokens=32, output_tokens=5, cached_tokens=9, raw=raw)
+    verdict = Verdict(Dialect.ANTHROPIC_MESSAGES, State.COMPLETED, usage=usage)
+    span = finished_span(verdict, {"upstream": "https://api.anthropic.com"}, None)
+    a = span.attributes
+    assert (
+        a["gen_ai.usage.cache_creation.input_tokens"],
+        a["gen_ai.usage.cache_read.input_tokens"],
+    ) == (20, 9)
+    assert (a["server.address"], a["server.port"]) == ("api.anthropic.com", 443)
+    ids = log_ids(span)
+    assert ids == {
+        "trace_id": format(span.context.trace_id, "032x"),
+        "span_id": format(span.context.span_id, "016x"),
+    }
+    assert len(ids["trace_id"]) == 32 and len(ids["span_id"]) == 16
+    from opentelemetry.trace import INVALID_SPAN
+
+    assert log_ids(INVALID_SPAN) == {}
+
+
+def test_output_speed_on_the_span() -> None:
+    from sseproxy.core import Dialect, State, Verdict
+
+    verdict = Verdict(Dialect.OPENAI_CHAT, State.COMPLETED)
+    span = finished_span(verdict, {"output_tokens_per_s": 55.5}, None)
+    assert span.attributes["sseproxy.output_tokens_per_s"] == 55.5
+    span = finished_span(verdict, {"output_tokens_per_s": None}, None)
+    assert "sseproxy.output_tokens_per_s" not in span.attributes

@@ -8,8 +8,8 @@ from sseproxy.core import Comment, LineDecoder, SSEDecoder, SSEEvent
 from tests.data.framing_cases import CASES, Case
 
 
-def run(reads: list[bytes]) -> tuple[SSEDecoder, list[SSEEvent], int]:
-    decoder = SSEDecoder()
+def run(reads: list[bytes], block_path: bool = True) -> tuple[SSEDecoder, list[SSEEvent], int]:
+    decoder = SSEDecoder(block_path=block_path)
     frames = []
     for read in reads:
         frames.extend(decoder.feed(read))
@@ -30,8 +30,9 @@ def deliveries(case: Case) -> dict[str, list[bytes]]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 @pytest.mark.parametrize("delivery", ["as_written", "whole", "bytewise"])
-def test_spec_case(case: Case, delivery: str) -> None:
-    decoder, events, comments = run(deliveries(case)[delivery])
+@pytest.mark.parametrize("path", ["block", "line"])
+def test_spec_case(case: Case, delivery: str, path: str) -> None:
+    decoder, events, comments = run(deliveries(case)[delivery], block_path=path == "block")
     assert [(e.type, e.data, e.id) for e in events] == list(case.events)
     if case.last_event_id is not None:
         assert decoder.last_event_id == case.last_event_id

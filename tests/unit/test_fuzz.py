@@ -146,6 +146,7 @@ def run(data: bytes, dialect: Dialect | None, step: int):
 @given(events, st.sampled_from([None, *Dialect]), st.integers(1, 50))
 @example([("response.function_call_arguments.delta", {"type": None, "output_index": []})], None, 1)
 @example([("message_delta", {"delta": "0"})], None, 1)
+@example([(None, {"type": []})], None, 1)  # an unhashable type while sniffing
 def test_assemblers_survive_plausible_nonsense(items, dialect, step) -> None:
     data = encode(items)
     assert run(data, dialect, step) == run(data, dialect, len(data) or 1)

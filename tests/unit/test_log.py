@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 
 import structlog
 
@@ -82,3 +85,138 @@ def test_levels_follow_the_state() -> None:
     assert [
         log.level_for(s) for s in ("completed", "incomplete", "cancelled", "failed", "http_error")
     ] == [20, 30, 30, 40, 40]
+
+
+def test_key_shapes_of_every_default_provider_are_redacted() -> None:
+    keys = {
+        "openai": "sk-abcdefghijklmnopqrstuvwx0123",
+        "openai-project": "sk-proj-Abc_def-0123456789",
+        "anthropic": "sk-ant-api03-abcdefghij_KLM",
+        "groq": "gsk_abcdefghijklmnop0123",
+        "xai": "xai-abcdefghijklmnop0123",
+        "google": "AIzaSyA12345678901234567890",
+        "replicate": "r8_abcdefghijklmnop0123",
+        "huggingface": "hf_abcdefghijklmnop0123",
+    }
+    note = " ".join(f"{name}={key}" for name, key in keys.items())
+    for fmt in ("json", "console"):
+        out = emit(fmt, note=note, error={"message": "Incorrect API key provided: " + keys["groq"]})
+        for key in keys.values():
+            assert key not in out
+            assert key[-8:] not in out
+    record = json.loads(emit("json", note=note))
+    assert record["note"].startswith("openai=[redacted] openai-project=[redacted]")
+
+
+def test_ordinary_words_with_key_prefixes_are_kept() -> None:
+    text = "sk-learn hf_hub_download task-abcdefghijkl xai-grok bearer token mask-abcdefghij"
+    assert json.loads(emit("json", note=text))["note"] == text
+
+
+def test_a_lone_surrogate_is_replaced_and_the_record_kept() -> None:
+    record = json.loads(emit("json", **{**RECORD, "model": "\ud800", "response_model": "a\udfffb"}))
+    assert record["model"] == "\ufffd"
+    assert record["response_model"] == "a\ufffdb"
+    assert record["state"] == "interrupted" and record["bytes"] == 2048  # nothing else lost
+
+
+def test_an_integer_beyond_64_bits_is_written_as_its_digits() -> None:
+    usage = {"prompt_tokens": 2**64, "completion_tokens": -(2**63) - 1, "total_tokens": 7}
+    record = json.loads(emit("json", **{**RECORD, "usage": usage}))
+    assert record["usage"] == {
+        "prompt_tokens": "18446744073709551616",
+        "completion_tokens": "-9223372036854775809",
+        "total_tokens": 7,
+    }
+
+
+def test_a_non_utf8_byte_in_a_header_value_is_shown_as_that_byte() -> None:
+    # aiohttp decodes header bytes that are not UTF-8 with surrogateescape: b"caf\xe9" -> this.
+    content_type = b"text/event-stream; x=caf\xe9".decode("utf-8", "surrogateescape")
+    fields = {**RECORD, "content_type": content_type, "upstream_request_id": b"id-\xff"}
+    record = json.loads(emit("json", **fields))
+    assert record["content_type"] == "text/event-stream; x=caf\\xe9"
+    assert record["upstream_request_id"] == "id-\\xff"
+    line = emit("console", **{**fields, "path": "/v1/caf\udce9"})
+    assert "/v1/caf\\xe9" in line and line.count("\n") == 1
+
+
+def test_nan_and_infinity_are_written_as_null() -> None:
+    fields = {**RECORD, "ttft_ms": float("nan"), "usage": {"cost": float("inf")}}
+    record = json.loads(emit("json", **fields))
+    assert record["ttft_ms"] is None and record["usage"] == {"cost": None}
+    # with a value orjson refuses in the same record, the rebuilt record says the same
+    record = json.loads(emit("json", **{**fields, "model": "\ud800"}))
+    assert record["ttft_ms"] is None and record["usage"] == {"cost": None}
+
+
+def test_nesting_beyond_what_orjson_writes_is_cut_not_dropped() -> None:
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(400):
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    record = json.loads(emit("json", **{**RECORD, "usage": {"raw": deep}}))
+    assert record["state"] == "interrupted"
+    assert "[too deep]" in json.dumps(record)
+
+
+class FailingStream(io.StringIO):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+        self.attempts = 0
+
+    def write(self, text: str) -> int:
+        self.attempts += 1
+        raise self.exc
+
+
+def test_a_failing_output_never_raises_into_the_caller_and_is_reported_once(capsys) -> None:
+    for exc in (BrokenPipeError(32, "Broken pipe"), ValueError("I/O operation on closed file")):
+        stream = FailingStream(exc)
+        for fmt in ("json", "console"):
+            log.configure(fmt, "debug", stream, cache=False)
+            logger = structlog.get_logger("t")
+            logger.error("request.finished", **RECORD)
+            logger.info("proxy.stopped")
+        assert stream.attempts == 4  # every record was tried; none raised
+        err = capsys.readouterr().err
+        assert err.count("log output failed") == 2  # once per configured output
+        assert type(exc).__name__ in err
+
+
+def test_a_closed_stream_is_reported_not_raised(capsys) -> None:
+    stream = io.StringIO()
+    log.configure("json", "debug", stream, cache=False)
+    stream.close()
+    structlog.get_logger("t").error("request.finished", **RECORD)
+    structlog.get_logger("t").error("request.finished", **RECORD)
+    assert capsys.readouterr().err.count("I/O operation on closed file") == 1
+
+
+def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -> None:
+    program = (
+        "import structlog\n"
+        "from sseproxy import log\n"
+        "log.configure('json', 'info')\n"
+        "for i in range(3):\n"
+        "    structlog.get_logger().info('request.finished', n=i)\n"
+        "print('done', file=__import__('sys').stderr)\n"
+    )
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first record
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", program],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("sseproxy: log output failed (BrokenPipeError")
+    assert lines[1:] == ["done"]  # once, then every later record dropped without a word
+    assert result.returncode == 0

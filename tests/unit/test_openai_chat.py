@@ -96,7 +96,7 @@ def test_n2_needs_every_choice_finished() -> None:
     )
     v = verdict_of(data, CHAT)
     assert v.state == "unconfirmed"
-    assert v.finish_reason == ["stop", None]
+    assert (v.finish_reason, v.finish_reasons) == ("stop", ("stop", None))
 
 
 def test_tool_call_arguments_concatenate_and_identity_does_not() -> None:

@@ -60,7 +60,7 @@ class TestGemini:
         err = {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}
         v = verdict_of(sse(cand("Hel"), err), GEM)
         assert v.state == "failed"
-        assert v.error is not None and (v.error.type, v.error.code) == ("UNAVAILABLE", 503)
+        assert v.error is not None and (v.error.type, v.error.code) == ("UNAVAILABLE", "503")
 
     def test_thought_parts_are_reasoning(self) -> None:
         v = verdict_of(sse(cand("plan", thought=True), cand("ok", "STOP")), GEM)
@@ -79,7 +79,11 @@ class TestGemini:
     def test_two_candidates(self) -> None:
         both = {"candidates": [{"index": 0, "finishReason": "STOP"}, {"index": 1}]}
         v = verdict_of(sse(both), GEM)
-        assert (v.state, v.finish_reason) == ("interrupted", ["STOP", None])
+        assert (v.state, v.finish_reason, v.finish_reasons) == (
+            "interrupted",
+            "STOP",
+            ("STOP", None),
+        )
 
 
 def line(**fields: Any) -> dict[str, Any]:
@@ -202,8 +206,10 @@ class TestVercelUI:
 
 
 class TestPlainSSE:
-    def test_ends_on_boundary(self) -> None:
-        assert verdict_of(b"data: a\n\nevent: x\ndata: b\n\n", SSE).state == "completed"
+    def test_clean_end_is_unconfirmed_and_says_why(self) -> None:
+        """No protocol means no terminal signal: a whole body is never `completed`."""
+        v = verdict_of(b"data: a\n\nevent: x\ndata: b\n\n", SSE)
+        assert (v.state, v.anomalies.get("no_terminal_signal")) == ("unconfirmed", 1)
 
     def test_partial_event(self) -> None:
         v = verdict_of(b"data: a\n\ndata: b", SSE)

@@ -1,4 +1,8 @@
-"""Dialect registry and detection: from the request first, from the first events if need be."""
+"""The dialect registry: one `DialectSpec` per dialect, declared in its own module.
+
+Adding a dialect is one module (an `Assembler` subclass and its `SPEC`) and one line in
+`SPECS`; see docs/DIALECTS.md. Detection and sniffing try the specs in this order.
+"""
 
 from __future__ import annotations
 
@@ -7,56 +11,43 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect
-from .anthropic_messages import AnthropicMessagesAssembler
+from . import anthropic_messages, gemini, ollama, openai_chat, openai_responses, sse, vercel_ui
 from .base import Assembler, Outcome, loads
-from .gemini import GeminiAssembler
-from .ollama import OllamaAssembler
-from .openai_chat import OpenAIChatAssembler
-from .openai_responses import OpenAIResponsesAssembler
-from .sse import PlainSSEAssembler
-from .vercel_ui import VercelUIAssembler
+from .spec import DialectSpec
 
-__all__ = ["ASSEMBLERS", "Assembler", "Outcome", "detect", "new_assembler", "sniff", "sniff_body"]
+__all__ = [
+    "SPECS",
+    "Assembler",
+    "DialectSpec",
+    "Outcome",
+    "detect",
+    "new_assembler",
+    "sniff",
+    "sniff_body",
+    "spec_for",
+]
 
-ASSEMBLERS: dict[Dialect, type[Assembler]] = {
-    cls.dialect: cls
-    for cls in (
-        OpenAIChatAssembler,
-        OpenAIResponsesAssembler,
-        AnthropicMessagesAssembler,
-        GeminiAssembler,
-        OllamaAssembler,
-        VercelUIAssembler,
-        PlainSSEAssembler,
-    )
-}
+SPECS: tuple[DialectSpec, ...] = (
+    vercel_ui.SPEC,  # first: its header says so whatever the path (its default is /api/chat)
+    openai_chat.SPEC,
+    openai_responses.SPEC,
+    anthropic_messages.SPEC,
+    gemini.SPEC,
+    ollama.SPEC,
+    sse.SSE_SPEC,
+    sse.TEXT_SPEC,
+)
+BY_DIALECT: dict[Dialect, DialectSpec] = {spec.dialect: spec for spec in SPECS}
 
-ANTHROPIC_EVENTS = {
-    "message_start",
-    "content_block_start",
-    "content_block_delta",
-    "content_block_stop",
-    "message_delta",
-    "message_stop",
-}
-VERCEL_PARTS = {
-    "start",
-    "start-step",
-    "text-start",
-    "text-delta",
-    "reasoning-start",
-    "reasoning-delta",
-    "tool-input-start",
-    "tool-input-available",
-    "finish",
-    "finish-step",
-    "abort",
-}
+
+def spec_for(dialect: Dialect | None) -> DialectSpec:
+    """The spec of `dialect`; an unknown stream is plain SSE."""
+    return BY_DIALECT[dialect or Dialect.SSE]
 
 
 def new_assembler(dialect: Dialect, content_chars: int | None = None) -> Assembler:
     """A fresh assembler; `content_chars` caps the text it keeps (counts are always kept)."""
-    assembler = ASSEMBLERS[dialect]()
+    assembler = BY_DIALECT[dialect].assembler()
     if content_chars is not None:
         for store in (assembler.text, assembler.reasoning, assembler.refusal):
             store.cap = content_chars
@@ -65,32 +56,26 @@ def new_assembler(dialect: Dialect, content_chars: int | None = None) -> Assembl
 
 def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> Dialect | None:
     """Dialect from the request path and the response headers; None when they say nothing."""
-    headers = headers or {}
-    lowered = {k.lower(): v for k, v in headers.items()}
-    if "x-vercel-ai-ui-message-stream" in lowered:
-        return Dialect.VERCEL_UI
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
     path = path.split("?", 1)[0]
-    if path.endswith("/chat/completions"):
-        return Dialect.OPENAI_CHAT
-    if path.endswith("/responses") or "/responses/" in path:
-        return Dialect.OPENAI_RESPONSES
-    if path.endswith("/messages") or path.endswith((":streamRawPredict", ":rawPredict")):
-        return Dialect.ANTHROPIC_MESSAGES
-    if path.endswith((":streamGenerateContent", ":generateContent")):
-        return Dialect.GEMINI
-    if path.endswith(("/api/chat", "/api/generate")):
-        return Dialect.OLLAMA
-    if "ndjson" in lowered.get("content-type", ""):
-        return Dialect.OLLAMA
+    for spec in SPECS:
+        if any(name in lowered for name in spec.response_headers):
+            return spec.dialect
+    for spec in SPECS:
+        if spec.matches_path(path):
+            return spec.dialect
+    content_type = lowered.get("content-type", "").lower()
+    for spec in SPECS:
+        if any(part in content_type for part in spec.content_types):
+            return spec.dialect
     return None
 
 
 def sniff(event: SSEEvent) -> Dialect | None:
     """Dialect from one SSE event, or None if the event is not telling (`[DONE]`, an error)."""
-    if event.type in ANTHROPIC_EVENTS:
-        return Dialect.ANTHROPIC_MESSAGES
-    if event.type.startswith("response."):
-        return Dialect.OPENAI_RESPONSES
+    for spec in SPECS:
+        if spec.matches_event_type(event.type):
+            return spec.dialect
     if event.data == "[DONE]":
         return None
     try:
@@ -105,23 +90,7 @@ def sniff_body(obj: Any) -> Dialect | None:
         obj = obj[0]
     if not isinstance(obj, dict):
         return None
-    otype = obj.get("type")
-    if "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion"):
-        return Dialect.OPENAI_CHAT
-    if "candidates" in obj or "promptFeedback" in obj or "usageMetadata" in obj:
-        return Dialect.GEMINI
-    if isinstance(otype, str):
-        if otype.startswith("response.") or obj.get("object") == "response":
-            return Dialect.OPENAI_RESPONSES
-        if otype in ANTHROPIC_EVENTS or otype == "message":
-            return Dialect.ANTHROPIC_MESSAGES
-        if otype in VERCEL_PARTS:
-            return Dialect.VERCEL_UI
-    if obj.get("object") == "response":
-        return Dialect.OPENAI_RESPONSES
-    error = obj.get("error")
-    if isinstance(error, dict) and isinstance(error.get("status"), str) and "code" in error:
-        return Dialect.GEMINI  # google.rpc.Status: {"code": 404, "status": "NOT_FOUND", ...}
-    if "done" in obj and ("message" in obj or "response" in obj):
-        return Dialect.OLLAMA
+    for spec in SPECS:
+        if spec.sniff is not None and spec.sniff(obj):
+            return spec.dialect
     return None

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig, dumps
+from .spec import DialectSpec, Drills, sse_event
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -32,6 +33,9 @@ USAGE_FIELDS = (
 
 class AnthropicMessagesAssembler(Assembler):
     dialect = Dialect.ANTHROPIC_MESSAGES
+    fast_path: ClassVar[bool] = (
+        True  # the short way for deltas below; tests switch it off to compare
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,6 +47,18 @@ class AnthropicMessagesAssembler(Assembler):
 
     def on_event(self, event: SSEEvent) -> None:
         obj = self.parse(event.data)
+        if (
+            event.type == "content_block_delta"
+            and self.fast_path
+            and type(obj) is dict
+            and obj.get("type") == "content_block_delta"
+            and not self.message_stop
+        ):
+            # Nearly every event: a delta named alike by `event:` and JSON. What the checks
+            # below would decide for it, decided at once.
+            self.last_event = "content_block_delta"
+            self.on_delta(obj)
+            return
         json_type = obj.get("type") if isinstance(obj, dict) else None
         # Classify by the `event:` name (as the SDK does); fall back to the JSON type.
         etype = event.type if event.type != "message" else json_type
@@ -72,7 +88,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.message_stop = self.terminal = True
         elif etype == "error":
             self.set_error(obj)
-        else:
+        elif not (json_type is None and self.in_band_error(obj)):
             self.anomalies["unknown_event_type"] += 1
 
     def on_message(self, message: Any) -> None:
@@ -85,7 +101,7 @@ class AnthropicMessagesAssembler(Assembler):
         self.merge_usage(message.get("usage"))
 
     def on_block_start(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         block = obj.get("content_block")
         if index is None or not isinstance(block, dict):
             return
@@ -106,12 +122,15 @@ class AnthropicMessagesAssembler(Assembler):
             self.server_tool_calls.append(name if isinstance(name, str) else str(btype))
 
     def on_delta(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = obj.get("index")
         delta = obj.get("delta")
-        if index is None or not isinstance(delta, dict):
-            return
-        if index not in self.blocks:
-            self.anomalies["delta_without_block_start"] += 1
+        if type(index) is not int or index not in self.blocks or type(delta) is not dict:
+            # Not the usual delta of a started block (whose index was checked at its start).
+            index = self.index(index)
+            if index is None or not isinstance(delta, dict):
+                return
+            if index not in self.blocks:
+                self.anomalies["delta_without_block_start"] += 1
         dtype = delta.get("type")
         if dtype == "text_delta":
             self.add_text((0, index), delta.get("text"))
@@ -126,7 +145,7 @@ class AnthropicMessagesAssembler(Assembler):
             self.anomalies["unknown_delta_type"] += 1
 
     def on_block_stop(self, obj: dict[str, Any]) -> None:
-        index = as_int(obj.get("index"))
+        index = self.index(obj.get("index"))
         if index in self.tool_calls:
             self.tool_calls[index].completed = True
 
@@ -171,11 +190,11 @@ class AnthropicMessagesAssembler(Assembler):
             self.stop_reason = reason if isinstance(reason, str) else None
             self.message_stop = self.terminal = True
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.stop_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
-        if not self.message_stop:
+        if not self.message_stop and (body_complete or reason is None):
             if reason is not None:
                 self.anomalies["stop_reason_without_message_stop"] += 1
             return Outcome(State.INTERRUPTED, reason, None)
@@ -186,3 +205,35 @@ class AnthropicMessagesAssembler(Assembler):
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = STOP_REASONS[reason]
         return Outcome(state, reason, category)
+
+
+EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+SPEC = DialectSpec(
+    dialect=Dialect.ANTHROPIC_MESSAGES,
+    assembler=AnthropicMessagesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            event is not None and (event.type == "message_stop" or '"message_stop"' in event.data)
+        ),
+        error=lambda _: sse_event(OVERLOADED, "error"),
+        end_marker=sse_event({"type": "message_stop"}, "message_stop"),
+        keepalive=sse_event({"type": "ping"}, "ping"),
+    ),
+    path_suffixes=("/messages", ":streamRawPredict", ":rawPredict"),
+    event_types=EVENTS,
+    sniff=lambda obj: (
+        isinstance(obj.get("type"), str) and (obj["type"] in EVENTS or obj["type"] == "message")
+    ),
+    otel_provider="anthropic",
+)

@@ -23,13 +23,48 @@ from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary
 DEFAULT_CONTENT_CHARS = 4 * 1024 * 1024
 # Tool arguments must be kept whole to be validated as JSON when the call completes.
 DEFAULT_TOOL_ARGUMENT_CHARS = 8 * 1024 * 1024
+# An index a peer sends (content block, content part, output item, tool call, path element) is
+# accepted in 0..MAX_INDEX-1; beyond is the `index_out_of_range` anomaly and that part is
+# ignored. Real responses stay in the tens; the cap keeps a forged index from sizing anything.
+MAX_INDEX = 1024
+# Choices / candidates per response: OpenAI's `n` is at most 128 (Gemini's candidateCount 8).
+# Each one is an entry of the record's finish reasons, so a forged index must not add more.
+MAX_CHOICES = 128
+# Tool calls kept per response (each is a summary in the record); beyond, calls are counted
+# (`too_many_tool_calls`) but not kept. Real responses make a handful of parallel calls.
+MAX_TOOL_CALLS = 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """What the events decided. The tap then applies the transport: an outcome stands only if
+    the body ended cleanly, the dialect's end marker arrived, or the client left after it."""
+
     state: State
-    finish_reason: str | list[str | None] | None = None
+    finish_reason: str | None = None
     finish_category: FinishCategory | None = None
+    finish_reasons: tuple[str | None, ...] | None = None  # per choice, when more than one
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """Everything an assembler concluded, as one value: the tap turns it into the verdict
+    without reading the assembler's state."""
+
+    dialect: Dialect
+    outcome: Outcome
+    terminal: bool  # the dialect's explicit end marker arrived
+    error: ErrorInfo | None
+    last_event: str | None
+    text_chars: int
+    reasoning_chars: int
+    refusal_chars: int
+    tool_calls: tuple[ToolCallSummary, ...]
+    server_tool_calls: tuple[str, ...]
+    usage: Usage | None
+    response_id: str | None
+    model: str | None
+    anomalies: Counter[str]
 
 
 class ContentStore:
@@ -154,8 +189,7 @@ def error_info(obj: Any) -> ErrorInfo:
         status = inner.get("status")
         etype = status if isinstance(status, str) else None
     code = inner.get("code")
-    if not isinstance(code, str | int) or isinstance(code, bool):
-        code = None
+    code = str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
     message = inner.get("message")
     if not isinstance(message, str):
         message = None if message is None else str(message)
@@ -211,20 +245,64 @@ class Assembler:
         self.last_event = "chunk"
         self.anomalies["unexpected_framing"] += 1
 
+    def on_text(self, text: str) -> None:
+        """Decoded text of a body that is neither SSE nor JSON (`text/plain` streams)."""
+        self.last_event = None
+        self.anomalies["unexpected_framing"] += 1
+
     def on_body(self, body: Any) -> None:
         """A whole JSON body (a non-streamed response, or an error body)."""
         if isinstance(body, dict) and (body.get("error") or body.get("type") == "error"):
             self.error = error_info(body)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
-        """Decide the state once the bytes ended.
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        """The outcome the events decided, once the bytes ended.
 
-        `partial`: an unterminated block was discarded; `clean_end`: the bytes ended by an
-        orderly close (EOF), not a reset, timeout or shutdown.
+        `partial`: an unterminated block was discarded. `body_complete`: the HTTP body ended by
+        its own framing. When it did not, return the outcome the events had already decided
+        (the tap keeps it only for a client that left after it, or after the end marker) and
+        count no anomaly that assumes a whole body.
         """
         if self.error is not None:
             return Outcome(State.FAILED, None, FinishCategory.ERROR)
-        return Outcome(State.INTERRUPTED if partial else State.COMPLETED)
+        # No dialect semantics: nothing can confirm the stream was whole.
+        if body_complete:
+            self.anomalies["no_terminal_signal"] += 1
+        return Outcome(State.INTERRUPTED if partial else State.UNCONFIRMED)
+
+    def in_band_error(self, obj: dict[str, Any]) -> bool:
+        """An event that is only an error object (`{"error": {...}}`, as relays such as
+        LiteLLM send on a failed stream, often on a non-2xx status) fills `error`."""
+        error = obj.get("error")
+        if isinstance(error, dict | str) and error and not isinstance(obj.get("type"), str):
+            self.set_error(obj)
+            return True
+        return False
+
+    def summarize(self, partial: bool, body_complete: bool) -> Assembly:
+        """Conclude (see `conclude`) and hand over the result as one immutable value."""
+        outcome = self.conclude(partial, body_complete)
+        tool_calls = tuple(call.summary() for call in self.tool_calls.values())
+        anomalies = Counter(self.anomalies)
+        invalid = sum(1 for call in tool_calls if not call.arguments_valid_json)
+        if invalid:
+            anomalies["invalid_tool_arguments"] += invalid
+        return Assembly(
+            dialect=self.dialect,
+            outcome=outcome,
+            terminal=self.terminal,
+            error=self.error,
+            last_event=self.last_event,
+            text_chars=self.text.chars,
+            reasoning_chars=self.reasoning.chars,
+            refusal_chars=self.refusal.chars,
+            tool_calls=tool_calls,
+            server_tool_calls=tuple(self.server_tool_calls),
+            usage=self.usage,
+            response_id=self.response_id,
+            model=self.model,
+            anomalies=anomalies,
+        )
 
     # -- helpers for the dialects -----------------------------------------------------------
 
@@ -253,8 +331,22 @@ class Assembler:
     def tool_call(self, key: Hashable) -> ToolCallBuffer:
         call = self.tool_calls.get(key)
         if call is None:
-            call = self.tool_calls[key] = ToolCallBuffer()
+            call = ToolCallBuffer()
+            if len(self.tool_calls) < MAX_TOOL_CALLS:
+                self.tool_calls[key] = call
+            else:
+                self.anomalies["too_many_tool_calls"] += 1  # a detached buffer: not kept
         return call
+
+    def index(self, value: Any, default: int | None = None, cap: int = MAX_INDEX) -> int | None:
+        """A peer's index if it is an integer in 0..cap-1; `default` if absent; else None and
+        the `index_out_of_range` anomaly (the caller ignores that part)."""
+        if value is None:
+            return default
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < cap:
+            return value
+        self.anomalies["index_out_of_range"] += 1
+        return None
 
     def set_call_identity(
         self, call: ToolCallBuffer, call_id: Any, name: Any, snapshot: bool = False
@@ -291,10 +383,3 @@ class Assembler:
             self.error = error_info(obj)
         else:
             self.anomalies["repeated_error"] += 1
-
-    def tool_call_summaries(self) -> tuple[ToolCallSummary, ...]:
-        summaries = tuple(call.summary() for call in self.tool_calls.values())
-        invalid = sum(1 for s in summaries if not s.arguments_valid_json)
-        if invalid:
-            self.anomalies["invalid_tool_arguments"] += invalid
-        return summaries

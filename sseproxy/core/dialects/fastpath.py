@@ -6,15 +6,19 @@ the analysis together. So once the full parser has seen an object that is a plai
 its bytes with those two string values cut out (its *skeleton*) are remembered; a later event
 with an identical skeleton is, byte for byte, the same object with another text, and only
 that text is decoded. Any difference sends the event to the full parser: the fast path can
-only agree with it (the tests run the corpus both ways).
+only agree with it (the tests run the corpus and generated streams both ways). For that, the
+cut keys occur once (the parser keeps the last of repeated keys), the bytes around the cuts
+hold no backslash (no key spelled with an escape) and a cut value is a valid JSON string.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .base import loads
 
+_CONTROL = re.compile("[\x00-\x1f]")  # JSON forbids them raw in a string
 _CONTENT_KEYS = (b'"content":"', b'"content": "')
 _OBFUSCATION_KEYS = (b'"obfuscation":"', b'"obfuscation": "')
 _PLAIN_CHOICE_KEYS = {"index", "delta", "logprobs", "finish_reason"}
@@ -73,13 +77,19 @@ class PlainShape:
 
     @classmethod
     def of(cls, raw: bytes) -> PlainShape | None:
+        if raw.count(b'"content"') != 1 or raw.count(b'"obfuscation"') > 1:
+            return None  # a repeated key: the parser keeps the last, the cut is the first
         first, end = _value_span(raw, _CONTENT_KEYS)
         if end < 0:
             return None
         pad_first, pad_end = _value_span(raw, _OBFUSCATION_KEYS, end)
         if pad_end < 0:
-            return cls(raw[:first], None, raw[end:])
-        return cls(raw[:first], raw[end:pad_first], raw[pad_end:])
+            shape = cls(raw[:first], None, raw[end:])
+        else:
+            shape = cls(raw[:first], raw[end:pad_first], raw[pad_end:])
+        if b"\\" in shape.head or b"\\" in shape.tail or b"\\" in (shape.middle or b""):
+            return None  # an escape could spell a key another way
+        return shape
 
     def text(self, raw: bytes) -> str | None:
         if not raw.startswith(self.head) or not raw.endswith(self.tail):
@@ -91,10 +101,14 @@ class PlainShape:
         if self.middle is None:
             if end != len(raw) - len(self.tail):
                 return None
-        elif not raw.startswith(self.middle, end) or string_end(raw, end + len(self.middle)) != len(
-            raw
-        ) - len(self.tail):
-            return None
+        else:
+            pad = end + len(self.middle)
+            pad_end = len(raw) - len(self.tail)
+            if not raw.startswith(self.middle, end) or string_end(raw, pad) != pad_end:
+                return None
+            padding = raw[pad:pad_end]
+            if not padding.isalnum() and decode_string(padding) is None:
+                return None  # not a valid string: the full parser refuses the event
         return decode_string(raw[first:end])
 
 
@@ -102,7 +116,8 @@ def decode_string(text: bytes) -> str | None:
     """A JSON string body (without quotes) as text; None if invalid."""
     try:
         if b"\\" not in text:
-            return text.decode()
+            value = text.decode()
+            return value if value.isprintable() or not _CONTROL.search(value) else None
         value = loads(b'"' + text + b'"')
     except ValueError:
         return None

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, ToolCallBuffer, as_int, dig, dumps
+from .base import MAX_CHOICES, MAX_INDEX, Assembler, Outcome, ToolCallBuffer, as_int, dig, dumps
+from .spec import DialectSpec, Drills, sse_event
 
 CATEGORY = {
     "STOP": FinishCategory.STOP,
@@ -27,6 +28,9 @@ CATEGORY = {
     "IMAGE_RECITATION": FinishCategory.CONTENT_FILTER,
 }
 _PATH_TOKEN = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+# A `partialArgs` path is at most this deep: real arguments nest a few levels, and the
+# arguments are serialised recursively when the call ends.
+MAX_PATH_DEPTH = 32
 
 
 def gemini_usage(raw: dict[str, Any]) -> Usage:
@@ -40,36 +44,67 @@ def gemini_usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-def set_path(root: dict[str, Any], path: str, value: Any, append: bool) -> None:
-    """Set `$.a.b[0]` in a nested structure; string fragments of one path concatenate."""
-    tokens: list[str | int] = [
-        m.group(1) if m.group(1) is not None else int(m.group(2))
-        for m in _PATH_TOKEN.finditer(path)
-    ]
+def path_tokens(path: str) -> list[str | int] | None:
+    """`$.a.b[0]` as ["a", "b", 0]; None if a list index reaches MAX_INDEX (it would size a
+    list) or the path is deeper than MAX_PATH_DEPTH."""
+    tokens: list[str | int] = []
+    for match in _PATH_TOKEN.finditer(path):
+        if len(tokens) == MAX_PATH_DEPTH:
+            return None
+        name, digits = match.group(1), match.group(2)
+        if name is not None:
+            tokens.append(name)
+        elif len(digits) > len(str(MAX_INDEX)) or int(digits) >= MAX_INDEX:
+            return None
+        else:
+            tokens.append(int(digits))
+    return tokens
+
+
+def _grow(node: list[Any], index: int, budget: list[int]) -> bool:
+    """Make `node[index]` exist; the None gap it leaves is charged to `budget[0]`."""
+    gap = index - len(node)
+    if gap > budget[0]:
+        return False
+    if gap > 0:
+        budget[0] -= gap
+    node.extend([None] * (index + 1 - len(node)))
+    return True
+
+
+def set_path(
+    root: dict[str, Any], tokens: list[str | int], value: Any, append: bool, budget: list[int]
+) -> bool:
+    """Set `$.a.b[0]` in a nested structure; string fragments of one path concatenate.
+
+    Indexes are below MAX_INDEX (`path_tokens`) and the gaps they skip are charged to the
+    one-element `budget`, so a response's lists grow with its bytes, not with its numbers.
+    False if a gap exceeds the budget (that fragment is then ignored)."""
     if not tokens:
-        return
+        return True
     node: Any = root
     for token, following in itertools.pairwise(tokens):
         empty: Any = [] if isinstance(following, int) else {}
         if isinstance(token, int) and isinstance(node, list):
-            while len(node) <= token:
-                node.append(None)
+            if not _grow(node, token, budget):
+                return False
             if node[token] is None:
                 node[token] = empty
             node = node[token]
         elif isinstance(token, str) and isinstance(node, dict):
             node = node.setdefault(token, empty)
         else:
-            return
+            return True  # the path does not fit what earlier fragments built: ignored
     last = tokens[-1]
     if isinstance(last, int) and isinstance(node, list):
-        while len(node) <= last:
-            node.append(None)
+        if not _grow(node, last, budget):
+            return False
         previous = node[last]
         node[last] = previous + value if append and isinstance(previous, str) else value
     elif isinstance(last, str) and isinstance(node, dict):
         previous = node.get(last)
         node[last] = previous + value if append and isinstance(previous, str) else value
+    return True
 
 
 class StreamedCall:
@@ -89,6 +124,8 @@ class GeminiAssembler(Assembler):
         self.candidates: set[int] = set()
         self.block_reason: str | None = None
         self.streamed: dict[int, StreamedCall] = {}
+        # List slots `partialArgs` may skip over, for the whole response (see `set_path`).
+        self.gap_budget = [MAX_INDEX]
 
     def on_event(self, event: SSEEvent) -> None:
         self.last_event = event.type if event.type != "message" else "chunk"
@@ -119,9 +156,10 @@ class GeminiAssembler(Assembler):
                     self.on_candidate(candidate, position)
 
     def on_candidate(self, candidate: dict[str, Any], position: int) -> None:
-        index = candidate.get("index")
-        if not isinstance(index, int):
-            index = position
+        raw = candidate.get("index")
+        index = self.index(raw if isinstance(raw, int) else position, cap=MAX_CHOICES)
+        if index is None:
+            return
         self.candidates.add(index)
         parts = dig(candidate, "content", "parts")
         if isinstance(parts, list):
@@ -174,6 +212,10 @@ class GeminiAssembler(Assembler):
         if not isinstance(path, str):
             return
         self.content_deltas += 1
+        tokens = path_tokens(path)
+        if tokens is None:
+            self.anomalies["index_out_of_range"] += 1
+            return
         for field, append in (
             ("stringValue", True),
             ("numberValue", False),
@@ -182,7 +224,8 @@ class GeminiAssembler(Assembler):
         ):
             if field in fragment:
                 value = None if field == "nullValue" else fragment[field]
-                set_path(streamed.args, path, value, append)
+                if not set_path(streamed.args, tokens, value, append, self.gap_budget):
+                    self.anomalies["index_out_of_range"] += 1
                 return
 
     def close_streamed(self, index: int) -> None:
@@ -196,22 +239,50 @@ class GeminiAssembler(Assembler):
             if isinstance(chunk, dict):
                 self.on_chunk(chunk)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         for index in list(self.streamed):
             self.close_streamed(index)  # arguments so far, validated as they stand
-        reasons = [self.finish.get(i) for i in sorted(self.candidates)]
-        reported: str | list[str | None] | None
-        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
+        reasons = tuple(self.finish.get(i) for i in sorted(self.candidates))
+        per_choice = reasons if len(reasons) > 1 else None
+        first = reasons[0] if reasons else None
         if self.error is not None:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+            return Outcome(State.FAILED, first, FinishCategory.ERROR, per_choice)
         if not self.candidates and self.block_reason is not None:
             return Outcome(State.INCOMPLETE, self.block_reason, FinishCategory.CONTENT_FILTER)
+        # No end marker: a `finishReason` proves the candidate ended only if the body also
+        # ended by its framing on an event boundary (the tap cuts the rest to `interrupted`).
         if partial or not reasons or any(r is None for r in reasons):
-            return Outcome(State.INTERRUPTED, reported, None)
+            return Outcome(State.INTERRUPTED, first, None, per_choice)
         for reason in reasons:
             if reason != "STOP":
-                return Outcome(
-                    State.INCOMPLETE, reported, CATEGORY.get(str(reason), FinishCategory.OTHER)
-                )
+                category = CATEGORY.get(str(reason), FinishCategory.OTHER)
+                return Outcome(State.INCOMPLETE, reason, category, per_choice)
         category = FinishCategory.TOOL_USE if self.tool_calls else FinishCategory.STOP
-        return Outcome(State.COMPLETED, reported, category)
+        return Outcome(State.COMPLETED, first, category, per_choice)
+
+
+def _is_gemini(obj: dict[str, Any]) -> bool:
+    if "candidates" in obj or "promptFeedback" in obj or "usageMetadata" in obj:
+        return True
+    error = obj.get("error")  # google.rpc.Status: {"code": 404, "status": "NOT_FOUND", ...}
+    return isinstance(error, dict) and isinstance(error.get("status"), str) and "code" in error
+
+
+UNAVAILABLE = {
+    "error": {"code": 503, "message": "The model is overloaded (injected)", "status": "UNAVAILABLE"}
+}
+
+SPEC = DialectSpec(
+    dialect=Dialect.GEMINI,
+    assembler=GeminiAssembler,
+    # No end marker: the chunks with a finishReason are all the terminal evidence there is.
+    drills=Drills(
+        is_terminal=lambda event, raw: event is not None and '"finishReason"' in event.data,
+        error=lambda _: sse_event(UNAVAILABLE),
+    ),
+    path_suffixes=(":streamGenerateContent", ":generateContent"),
+    sniff=_is_gemini,
+    otel_operation="generate_content",
+    otel_provider="gcp.gemini",
+    primary_group=0,
+)

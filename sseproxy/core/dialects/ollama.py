@@ -5,11 +5,13 @@ The terminal is a line with `done: true`; an `{"error": ...}` line is an in-band
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from ..events import Line
+from ..events import Framing, Line
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dumps
+from .spec import NDJSON_MEDIA_TYPE, DialectSpec, Drills
 
 DONE_REASONS = {
     "stop": (State.COMPLETED, FinishCategory.STOP),
@@ -76,7 +78,7 @@ class OllamaAssembler(Assembler):
         if isinstance(body, dict):
             self.on_object(body)
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.done_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
@@ -98,3 +100,23 @@ class OllamaAssembler(Assembler):
 def _sum(a: Any, b: Any) -> int | None:
     x, y = as_int(a), as_int(b)
     return None if x is None or y is None else x + y
+
+
+RUNNER_STOPPED = {"error": "model runner has unexpectedly stopped (injected)"}
+
+SPEC = DialectSpec(
+    dialect=Dialect.OLLAMA,
+    assembler=OllamaAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: b'"done":true' in raw.replace(b" ", b""),
+        error=lambda _: json.dumps(RUNNER_STOPPED).encode() + b"\n",
+        end_marker=b'{"done":true}\n',
+        keepalive=b"\n",  # NDJSON has no comment; readers skip blank lines
+    ),
+    path_suffixes=("/api/chat", "/api/generate"),
+    content_types=("ndjson",),
+    sniff=lambda obj: "done" in obj and ("message" in obj or "response" in obj),
+    media_type=NDJSON_MEDIA_TYPE,
+    framing=Framing.NDJSON,
+    otel_provider="ollama",
+)

@@ -6,12 +6,13 @@ Terminal evidence is per choice: every choice must carry a `finish_reason`, then
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig
+from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
+from .spec import DialectSpec, Drills, done_marker, generic_error
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
@@ -31,7 +32,7 @@ def chat_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIChatAssembler(Assembler):
     dialect = Dialect.OPENAI_CHAT
-    fast_path = True  # see fastpath.py; tests switch it off to compare
+    fast_path: ClassVar[bool] = True  # see fastpath.py; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,9 +93,10 @@ class OpenAIChatAssembler(Assembler):
                 self.on_choice(choice, position)
 
     def on_choice(self, choice: dict[str, Any], position: int) -> None:
-        index = choice.get("index")
-        if not isinstance(index, int):
-            index = position
+        raw = choice.get("index")
+        index = self.index(raw if isinstance(raw, int) else position, cap=MAX_CHOICES)
+        if index is None:
+            return
         self.finish.setdefault(index, None)
         delta = choice.get("delta") or choice.get("message")  # `message` in a non-stream body
         if isinstance(delta, dict):
@@ -133,6 +135,8 @@ class OpenAIChatAssembler(Assembler):
 
     def on_tool_call_delta(self, index: int, call: dict[str, Any], position: int) -> None:
         call_index = call.get("index")
+        if isinstance(call_index, int) and self.index(call_index) is None:
+            return
         if not isinstance(call_index, int):
             # Some compatibles omit `index`: a new id starts a call, otherwise continue the last.
             call_index = self._index_without_index(index, call.get("id"), position)
@@ -164,36 +168,55 @@ class OpenAIChatAssembler(Assembler):
             if body.get("choices") and all(r is not None for r in self.finish.values()):
                 self.done = self.terminal = True  # a whole completion is its own terminal
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
-        reasons = [self.finish[i] for i in sorted(self.finish)]
-        reported: str | list[str | None] | None
-        reported = reasons if len(reasons) > 1 else (reasons[0] if reasons else None)
-        if self.error is not None:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
-        if "error" in reasons:
-            return Outcome(State.FAILED, reported, FinishCategory.ERROR)
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        reasons = tuple(self.finish[i] for i in sorted(self.finish))
+        per_choice = reasons if len(reasons) > 1 else None
+        first = reasons[0] if reasons else None
+        if self.error is not None or "error" in reasons:
+            return Outcome(State.FAILED, first, FinishCategory.ERROR, per_choice)
         all_finished = bool(reasons) and all(r is not None for r in reasons)
         if not all_finished:
             if self.done:
                 self.anomalies["done_without_finish_reason"] += 1
-                return Outcome(State.UNCONFIRMED, reported, None)
-            return Outcome(State.INTERRUPTED, reported, None)
-        if not self.done:
+                return Outcome(State.UNCONFIRMED, first, None, per_choice)
+            return Outcome(State.INTERRUPTED, first, None, per_choice)
+        if not self.done and body_complete:
+            # Every choice finished and the body ended by its framing: only `[DONE]` is missing.
             self.anomalies["missing_done"] += 1
-        return self.classify(reported, [r for r in reasons if r is not None])
+        return self.classify([r for r in reasons if r is not None], per_choice)
 
-    def classify(self, reported: str | list[str | None] | None, reasons: list[str]) -> Outcome:
+    def classify(self, reasons: list[str], per_choice: tuple[str | None, ...] | None) -> Outcome:
         for reason in reasons:
             if reason in CUT_SHORT:
-                return Outcome(State.INCOMPLETE, reported, CUT_SHORT[reason])
+                return Outcome(State.INCOMPLETE, reason, CUT_SHORT[reason], per_choice)
         unknown = [r for r in reasons if r not in NATURAL]
         if unknown:
             # An unknown reason is never taken as success: report it, do not guess.
             self.anomalies["unknown_finish_reason"] += 1
-            return Outcome(State.INCOMPLETE, reported, FinishCategory.OTHER)
+            return Outcome(State.INCOMPLETE, unknown[0], FinishCategory.OTHER, per_choice)
         category = NATURAL[reasons[0]]
         if any(NATURAL[r] is FinishCategory.TOOL_USE for r in reasons):
             category = FinishCategory.TOOL_USE
         elif self.refusal.chars and not self.text.chars:
             category = FinishCategory.REFUSAL
-        return Outcome(State.COMPLETED, reported, category)
+        return Outcome(State.COMPLETED, reasons[0], category, per_choice)
+
+
+def _chat_terminal(event: SSEEvent | None, raw: bytes) -> bool:
+    # The finish_reason is Chat's real terminal evidence; `[DONE]` alone proves nothing.
+    return done_marker(event, raw) or (
+        event is not None and '"finish_reason":"' in event.data.replace(" ", "")
+    )
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_CHAT,
+    assembler=OpenAIChatAssembler,
+    drills=Drills(is_terminal=_chat_terminal, error=generic_error),
+    path_suffixes=("/chat/completions",),
+    sniff=lambda obj: (
+        "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion")
+    ),
+    otel_provider="openai",
+    primary_group=0,
+)

@@ -6,11 +6,12 @@ said. They are compared with the deltas (`snapshot_mismatch`) and never appended
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import (
+    MAX_INDEX,
     Assembler,
     ContentStore,
     Outcome,
@@ -20,6 +21,7 @@ from .base import (
     error_info,
     ident,
 )
+from .spec import DialectSpec, Drills, sse_event
 
 TERMINALS = {
     "response.completed": State.COMPLETED,
@@ -27,6 +29,7 @@ TERMINALS = {
     "response.failed": State.FAILED,
     "error": State.FAILED,
 }
+FINAL_STATUSES = {"completed", "incomplete", "failed", "cancelled"}
 INCOMPLETE_CATEGORY = {
     "max_output_tokens": FinishCategory.LENGTH,
     "content_filter": FinishCategory.CONTENT_FILTER,
@@ -45,6 +48,17 @@ QUIET_PREFIXES = (
     "response.output_text.annotation.added",
     "response.content_part.added",
     "response.reasoning_summary_part.added",
+)
+# The deltas `on_event` takes the short way (see there).
+FAST_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.refusal.delta",
+        "response.custom_tool_call_input.delta",
+    }
 )
 
 
@@ -65,6 +79,7 @@ def responses_usage(raw: dict[str, Any]) -> Usage:
 
 class OpenAIResponsesAssembler(Assembler):
     dialect = Dialect.OPENAI_RESPONSES
+    fast_path: ClassVar[bool] = True  # the short way for deltas; tests switch it off to compare
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,6 +95,28 @@ class OpenAIResponsesAssembler(Assembler):
             self.last_event = "[DONE]"
             return
         obj = self.parse(event.data)
+        name = event.type
+        if (
+            name in FAST_DELTAS
+            and self.fast_path
+            and type(obj) is dict
+            and obj.get("type") == name
+            and not self.terminal
+        ):
+            # Nearly every event: a delta named alike by `event:` and JSON. What the checks
+            # below would decide for it, decided at once.
+            self.last_event = name
+            seq = obj.get("sequence_number")
+            if (
+                type(seq) is int
+                and self.last_sequence is not None
+                and seq == self.last_sequence + 1
+            ):
+                self.last_sequence = seq  # the next one, as `check_sequence` would record it
+            else:
+                self.check_sequence(seq)
+            self.dispatch(name, obj)
+            return
         if not isinstance(obj, dict):
             self.last_event = event.type if event.type != "message" else "chunk"
             return
@@ -90,6 +127,8 @@ class OpenAIResponsesAssembler(Assembler):
         if isinstance(json_type, str) and event.type != "message" and json_type != event.type:
             self.anomalies["event_type_mismatch"] += 1
         self.last_event = etype
+        if json_type is None and event.type == "message" and self.in_band_error(obj):
+            return
         self.check_sequence(obj.get("sequence_number"))
         if self.terminal and not (
             etype == "response.failed" and self.outcome_state is State.FAILED
@@ -134,8 +173,14 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["unknown_event_type"] += 1
 
     def on_part_delta(self, kind: str, obj: dict[str, Any]) -> None:
-        key = (ident(obj.get("item_id")), as_int(obj.get("content_index")) or 0)
-        if (str(key[0]), kind, key[1]) in self.done_parts:
+        index = obj.get("content_index")
+        if type(index) is not int or not 0 <= index < MAX_INDEX:
+            index = self.index(index, 0)
+            if index is None:
+                return
+        item = obj.get("item_id")
+        key = (item if type(item) is str else ident(item), index)
+        if self.done_parts and (str(key[0]), kind, index) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
         if kind == "text":
             self.add_text(key, obj.get("delta"))
@@ -144,7 +189,13 @@ class OpenAIResponsesAssembler(Assembler):
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
-        return self.tool_call(ident(obj.get("item_id")) or ident(obj.get("output_index")))
+        item_id = ident(obj.get("item_id"))
+        if item_id:
+            return self.tool_call(item_id)
+        index = self.index(obj.get("output_index"))
+        if index is None and obj.get("output_index") is not None:
+            return ToolCallBuffer()  # out of range: counted, not kept
+        return self.tool_call(index)
 
     def on_item(self, item: Any, done: bool) -> None:
         if not isinstance(item, dict):
@@ -165,7 +216,9 @@ class OpenAIResponsesAssembler(Assembler):
 
     def on_done_snapshot(self, etype: str, obj: dict[str, Any]) -> None:
         item_id = ident(obj.get("item_id"))
-        index = as_int(obj.get("content_index")) or 0
+        index = self.index(obj.get("content_index"), 0)
+        if index is None:
+            return
         if etype == "response.output_text.done":
             self.done_parts.add((str(item_id), "text", index))
             self.compare_store(self.text, (item_id, index), obj.get("text"))
@@ -220,6 +273,7 @@ class OpenAIResponsesAssembler(Assembler):
         if etype == "error":
             self.set_error(obj)
         elif etype == "response.failed":
+            self.status = "failed"  # the event says so even if its snapshot does not
             if self.error is None:
                 self.error = error_info({"error": dig(response, "error") or {}})
         elif etype == "response.incomplete":
@@ -261,11 +315,14 @@ class OpenAIResponsesAssembler(Assembler):
                     call.completed = True
                     self.has_function_calls = True
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
+        # The reason is a final status or `incomplete_details`; never a snapshot's
+        # `in_progress` / `queued` (a stream that ended on an `error` event has no status).
+        final = self.status if self.status in FINAL_STATUSES else None
         if self.error is not None or self.outcome_state is State.FAILED:
-            return Outcome(State.FAILED, self.status or "failed", FinishCategory.ERROR)
+            return Outcome(State.FAILED, final, FinishCategory.ERROR)
         if self.outcome_state is State.INCOMPLETE:
-            reason = self.incomplete_reason or self.status or "incomplete"
+            reason = self.incomplete_reason or final or "incomplete"
             category = INCOMPLETE_CATEGORY.get(reason, FinishCategory.OTHER)
             return Outcome(State.INCOMPLETE, reason, category)
         if self.outcome_state is State.COMPLETED:
@@ -275,5 +332,35 @@ class OpenAIResponsesAssembler(Assembler):
                 category = FinishCategory.REFUSAL
             else:
                 category = FinishCategory.STOP
-            return Outcome(State.COMPLETED, self.status or "completed", category)
+            return Outcome(State.COMPLETED, final or "completed", category)
         return Outcome(State.INTERRUPTED, None, None)
+
+
+def _responses_error(sequence_number: int) -> bytes:
+    # Shaped as OpenAI's ResponseErrorEvent (the Vercel AI SDK rejects an event without
+    # `sequence_number` as a schema mismatch and never shows the message).
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error (injected)",
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return sse_event(event, "error")
+
+
+SPEC = DialectSpec(
+    dialect=Dialect.OPENAI_RESPONSES,
+    assembler=OpenAIResponsesAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: event is not None and event.type in TERMINALS,
+        error=_responses_error,
+    ),
+    path_suffixes=("/responses",),
+    path_contains=("/responses/",),
+    event_prefix="response.",
+    sniff=lambda obj: (
+        str(obj.get("type")).startswith("response.") or obj.get("object") == "response"
+    ),
+    otel_provider="openai",
+)

@@ -11,6 +11,7 @@ from typing import Any
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State
 from .base import Assembler, Outcome, dumps, ident
+from .spec import DialectSpec, Drills, done_marker
 
 FINISH = {
     None: (State.COMPLETED, FinishCategory.STOP),
@@ -58,11 +59,13 @@ class VercelUIAssembler(Assembler):
             self.anomalies["events_after_terminal"] += 1
         if event.data == "[DONE]":
             self.last_event = "[DONE]"
-            self.done = True
+            self.done = self.terminal = True
             return
         obj = self.parse(event.data)
         ptype = obj.get("type") if isinstance(obj, dict) else None
         self.last_event = ptype if isinstance(ptype, str) else "chunk"
+        if isinstance(obj, dict) and not isinstance(ptype, str):
+            self.in_band_error(obj)
         if not isinstance(obj, dict) or not isinstance(ptype, str):
             return
         if self.finished and ptype != "message-metadata":
@@ -96,13 +99,13 @@ class VercelUIAssembler(Assembler):
             reason = obj.get("reason")
             self.aborted = reason if isinstance(reason, str) else "abort"
         elif ptype == "finish":
-            self.finished = self.terminal = True
+            self.finished = True
             reason = obj.get("finishReason")
             self.finish_reason = reason if isinstance(reason, str) else None
         elif ptype not in QUIET and not ptype.startswith("data-"):
             self.anomalies["unknown_event_type"] += 1
 
-    def conclude(self, partial: bool, clean_end: bool) -> Outcome:
+    def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         reason = self.finish_reason
         if self.error is not None:
             return Outcome(State.FAILED, reason, FinishCategory.ERROR)
@@ -114,10 +117,43 @@ class VercelUIAssembler(Assembler):
                 self.anomalies["done_without_finish_reason"] += 1
                 return Outcome(State.UNCONFIRMED, None, None)
             return Outcome(State.INTERRUPTED, None, None)
-        if not self.done:
+        if not self.done and body_complete:
             self.anomalies["missing_done"] += 1
         if reason not in FINISH:
             self.anomalies["unknown_finish_reason"] += 1
             return Outcome(State.INCOMPLETE, reason, FinishCategory.OTHER)
         state, category = FINISH[reason]
         return Outcome(state, reason, category)
+
+
+PARTS = frozenset(
+    {
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "reasoning-start",
+        "reasoning-delta",
+        "tool-input-start",
+        "tool-input-available",
+        "finish",
+        "finish-step",
+        "abort",
+    }
+)
+
+SPEC = DialectSpec(
+    dialect=Dialect.VERCEL_UI,
+    assembler=VercelUIAssembler,
+    drills=Drills(
+        is_terminal=lambda event, raw: (
+            done_marker(event, raw)
+            or (event is not None and '"type":"finish"' in event.data.replace(" ", ""))
+        ),
+        error=lambda _: (
+            b'data: {"type":"error","errorText":"An error occurred."}\n\ndata: [DONE]\n\n'
+        ),
+    ),
+    response_headers=("x-vercel-ai-ui-message-stream",),
+    sniff=lambda obj: isinstance(obj.get("type"), str) and obj["type"] in PARTS,
+)

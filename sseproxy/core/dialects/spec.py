@@ -1,0 +1,93 @@
+"""A dialect declared in one place: how to recognise it, how it is framed, what ends it, and what
+the drills and the tracing call it. The registry in `__init__` is a list of these; nothing
+elsewhere branches on a dialect's name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..events import Framing, SSEEvent
+from ..verdict import Dialect
+from .base import Assembler
+
+SSE_MEDIA_TYPE = "text/event-stream"
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+
+
+def sse_event(payload: Mapping[str, Any], event: str | None = None) -> bytes:
+    """One SSE event as a server writes it (used for the drills' injected events)."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Drills:
+    """What the fault-injection rules need to know of a dialect.
+
+    `is_terminal(event, raw)`: the event (None for an NDJSON line) is part of the terminal
+    signal that `drop-terminal` removes; `error(sequence_number)`: the dialect's own in-band
+    error for `inject-error`; `end_marker`: what a relay sends after a failure (`done-after-cut`);
+    `keepalive`: what its servers send while no content flows (`keepalive-stall`).
+    """
+
+    is_terminal: Callable[[SSEEvent | None, bytes], bool]
+    error: Callable[[int], bytes]
+    end_marker: bytes = b"data: [DONE]\n\n"
+    keepalive: bytes = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class DialectSpec:
+    """Everything the rest of sseproxy knows about one API dialect.
+
+    Detection: a response carrying one of `response_headers`; a request path (query excluded)
+    ending with one of `path_suffixes` or containing one of `path_contains`; a response
+    Content-Type containing one of `content_types`. Sniffing, when none of these said anything:
+    an SSE `event:` name in `event_types` or starting with `event_prefix`, or a parsed JSON
+    object for which `sniff` is true. Specs are tried in registry order.
+
+    `media_type` is what the mock serves it as; `otel_operation` and `otel_provider` are the
+    GenAI semantic-convention values (None: not a GenAI operation); `primary_group` is the
+    text group that is the visible answer (choice 0 / candidate 0), or None when all text is
+    one message.
+    """
+
+    dialect: Dialect
+    assembler: type[Assembler]
+    drills: Drills
+    path_suffixes: tuple[str, ...] = ()
+    path_contains: tuple[str, ...] = ()
+    response_headers: tuple[str, ...] = ()
+    content_types: tuple[str, ...] = ()  # substrings of a response Content-Type that say it
+    event_types: frozenset[str] = frozenset()
+    event_prefix: str | None = None
+    sniff: Callable[[dict[str, Any]], bool] | None = None
+    media_type: str = SSE_MEDIA_TYPE
+    framing: Framing = Framing.SSE  # the framing its streams use (NDJSON for Ollama)
+    otel_operation: str | None = "chat"
+    otel_provider: str | None = None
+    primary_group: Hashable | None = None
+
+    def matches_path(self, path: str) -> bool:
+        return (bool(self.path_suffixes) and path.endswith(self.path_suffixes)) or any(
+            part in path for part in self.path_contains
+        )
+
+    def matches_event_type(self, event_type: str) -> bool:
+        if event_type in self.event_types:
+            return True
+        return self.event_prefix is not None and event_type.startswith(self.event_prefix)
+
+
+def done_marker(event: SSEEvent | None, raw: bytes) -> bool:
+    return event is not None and event.data == "[DONE]"
+
+
+def generic_error(sequence_number: int) -> bytes:
+    """The OpenAI-style error object relays send in-band (Chat, and any unknown SSE API)."""
+    error = {"message": "The server had an error (injected)", "type": "server_error"}
+    return sse_event({"error": {**error, "code": "injected"}})

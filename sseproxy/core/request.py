@@ -1,0 +1,84 @@
+"""What the request asked for, as far as the verdict cares: the shell reads the request body
+once and hands these few facts to the tap, which checks the response against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+# The body is parsed for these facts only up to this size; a larger request (long context,
+# images) is forwarded all the same, its facts are just unknown.
+MAX_PARSED_BODY_BYTES = 4 * 1024 * 1024
+# `n` beyond this is not a real request; the check is skipped rather than trusted.
+MAX_CHOICES = 128
+# Paths whose operation is a stream whatever the body says.
+STREAMING_PATH_SUFFIXES = (
+    ":streamGenerateContent",
+    ":streamRawPredict",
+    "/converse-stream",
+    "/invoke-with-response-stream",
+)
+# Ollama streams unless the body says `"stream": false`.
+STREAM_BY_DEFAULT_SUFFIXES = ("/api/chat", "/api/generate")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """`stream`: the request asked for a streamed response (None: cannot tell).
+    `stream_framing`: that stream is expected as SSE or NDJSON, not one JSON document (Gemini
+    without `alt=sse` streams a JSON array). `choices`: `n`; `include_usage`: Chat's
+    `stream_options.include_usage`."""
+
+    model: str | None = None
+    stream: bool | None = None
+    stream_framing: bool = False
+    choices: int | None = None
+    include_usage: bool = False
+
+
+def request_facts(path: str, query: str, body: bytes) -> RequestFacts:
+    """Facts from the decoded request path, its query string and its body (best effort)."""
+    obj: Any = None
+    if body and len(body) <= MAX_PARSED_BODY_BYTES and body.lstrip()[:1] == b"{":
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+    fields: dict[str, Any] = obj if isinstance(obj, dict) else {}
+    model = fields.get("model")
+    if not isinstance(model, str):
+        model = _model_from_path(path)
+    stream: bool | None = None
+    framing = True
+    if isinstance(fields.get("stream"), bool):
+        stream = fields["stream"]
+    elif path.endswith(STREAM_BY_DEFAULT_SUFFIXES):
+        stream = True
+    if path.endswith(STREAMING_PATH_SUFFIXES):
+        stream = True
+        if path.endswith(":streamGenerateContent"):
+            framing = "sse" in parse_qs(query).get("alt", [])
+    n = fields.get("n")
+    choices = (
+        n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES else None
+    )
+    options = fields.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return RequestFacts(
+        model=model,
+        stream=stream,
+        stream_framing=bool(stream) and framing,
+        choices=choices,
+        include_usage=bool(stream) and include_usage,
+    )
+
+
+def _model_from_path(path: str) -> str | None:
+    """Gemini and Bedrock name the model in the path: `/models/{model}:method`, `/model/{id}/`."""
+    for marker in ("/models/", "/model/"):
+        if marker in path:
+            return path.split(marker, 1)[1].split(":", 1)[0].split("/", 1)[0] or None
+    return None

@@ -1,0 +1,145 @@
+"""The inspector's page and feed without a browser: the first paint carries the current rows,
+updates are coalesced into batches serialised once for all viewers, and the number of viewers
+and their backlog are bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import aiohttp
+import orjson
+import pytest
+
+from sseproxy.inspector import SUBSCRIBER_QUEUE, Inspector, StreamView, Viewer
+from sseproxy.proxy import STATE
+from tests.integration.fake_upstream import Close, Script, Send
+from tests.streams import chat_chunk, sse
+
+PATH = "/v1/chat/completions"
+
+
+def snapshot_of(html: str) -> list[dict]:
+    match = re.search(r"const SNAPSHOT = (.*);\n", html)
+    assert match, "the page carries no snapshot"
+    rows: list[dict] = json.loads(match.group(1))
+    return rows
+
+
+async def wait_records(logs, n):
+    for _ in range(200):
+        if len(logs.records()) >= n:
+            return logs.records()
+        await asyncio.sleep(0.01)
+    return logs.records()
+
+
+async def test_first_paint_carries_the_current_rows(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(sse(chat_chunk("Hi"))), Close()]))
+    client = await make_proxy()
+    hostile = "</script><script>alert(1)</script>"
+    resp = await client.post(PATH, json={"model": hostile})
+    with pytest.raises(aiohttp.ClientPayloadError):  # the cut reaches the client
+        await resp.read()
+    [record] = await wait_records(logs, 1)
+    html = await (await client.get("/_sseproxy/")).text()
+    [row] = snapshot_of(html)
+    assert (row["request_id"], row["state"]) == (record["request_id"], "interrupted")
+    assert row["interruption"]["reason"] == "upstream_closed"
+    assert row["model"] == hostile
+    assert "<script>alert(1)" not in html  # the path cannot close the script element
+    empty = await (await make_proxy()).get("/_sseproxy/")
+    assert snapshot_of(await empty.text()) == []
+
+
+def view(request_id: str, state: str = "streaming") -> StreamView:
+    v = StreamView(request_id, "POST", PATH, time.time(), time.monotonic())
+    v.state = state
+    return v
+
+
+def test_updates_are_coalesced_and_serialised_once_for_all_viewers() -> None:
+    inspector = Inspector()
+    viewers = [Viewer() for _ in range(3)]
+    inspector.subscribers.update(viewers)
+    a, b = view("a"), view("b")
+    inspector.started(a)
+    inspector.started(b)
+    for _ in range(50):  # a busy stream publishes often...
+        inspector.publish(a)
+    a.state = "completed"
+    inspector.active.pop("a")
+    inspector.publish(a)
+    inspector.flush()  # ...viewers get one batch with the latest state of each row
+    messages = [v.queue.get_nowait() for v in viewers]
+    assert all(v.queue.empty() for v in viewers)
+    assert messages[0] is messages[1] is messages[2]  # the same bytes, serialised once
+    rows = orjson.loads(messages[0].removeprefix(b"data: "))
+    assert sorted((r["request_id"], r["state"]) for r in rows) == [
+        ("a", "completed"),
+        ("b", "streaming"),
+    ]
+    inspector.flush()  # nothing changed but the running stream's progress
+    rows = orjson.loads(viewers[0].queue.get_nowait().removeprefix(b"data: "))
+    assert [r["request_id"] for r in rows] == ["b"]
+    for v in viewers[1:]:
+        v.queue.get_nowait()
+    inspector.flush(progress=False)  # nothing changed, no progress due: nothing sent
+    assert all(v.queue.empty() for v in viewers)
+
+
+def test_a_viewer_that_falls_behind_is_dropped() -> None:
+    inspector = Inspector()
+    slow = Viewer()
+    inspector.subscribers.add(slow)
+    inspector.started(view("a"))  # running: every flush carries it
+    for _ in range(SUBSCRIBER_QUEUE):
+        inspector.flush()
+    assert slow.queue.full() and not slow.lagging
+    inspector.flush()  # one more
+    assert slow.lagging
+
+
+async def test_feed_viewers_are_capped(make_proxy) -> None:
+    client = await make_proxy()
+    client.app[STATE].inspector.max_viewers = 2
+    feeds = [await client.get("/_sseproxy/events") for _ in range(2)]
+    for feed in feeds:
+        assert feed.status == 200
+        assert (await feed.content.readuntil(b"\n\n")).startswith(b"data: [")  # snapshot
+    refused = await client.get("/_sseproxy/events")  # one more
+    assert refused.status == 503
+    assert (await refused.json())["error"]["type"] == "sseproxy_too_many_viewers"
+    feeds[0].close()
+    inspector = client.app[STATE].inspector
+    for _ in range(200):  # the server notices the closed feed and frees its place
+        if len(inspector.subscribers) < 2:
+            break
+        await asyncio.sleep(0.01)
+    again = await client.get("/_sseproxy/events")
+    assert again.status == 200
+    again.close()
+    feeds[1].close()
+
+
+def test_rows_carry_the_output_speed() -> None:
+    inspector = Inspector()
+    inspector.started(view("a"))
+    record = {"method": "POST", "path": PATH, "state": "completed", "output_tokens_per_s": 61.25}
+    inspector.finished("a", record, None)
+    assert inspector.streams["a"].row()["output_tokens_per_s"] == 61.25
+
+
+def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
+    from sseproxy.inspector import WAIT_SPANS
+
+    v = view("a")
+    v.client_wait(v.start + 0.010, v.start + 0.025)
+    v.client_wait(v.start + 0.030, v.start + 0.030)  # no wait at all: not a span
+    assert v.detail()["client_waits"] == [{"from_ms": 10.0, "to_ms": 25.0}]
+    for i in range(WAIT_SPANS):  # one more than the bound, with the first
+        v.client_wait(v.start + i, v.start + i + 0.5)
+    assert len(v.client_waits) == WAIT_SPANS

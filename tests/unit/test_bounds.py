@@ -1,0 +1,304 @@
+"""Bounds against one bad peer, in the core: decompression bombs and input-driven sizes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sseproxy.core import Dialect, StreamTap
+from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
+from sseproxy.core.dialects.gemini import MAX_PATH_DEPTH
+from sseproxy.core.encoding import SLICE_BYTES, BodyDecoder
+from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
+from tests.streams import chat_chunk, ndjson, sse
+
+MIB = 1024 * 1024
+
+
+def gzip_bomb(expanded: int, unit: bytes = b"a") -> bytes:
+    """A gzip body of `expanded` bytes of `unit`, compressed without building it whole."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = unit * (MIB // len(unit))
+    parts = [compressor.compress(b"data: ")]
+    for _ in range(expanded // len(block)):
+        parts.append(compressor.compress(block))
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
+BOMB = gzip_bomb(100 * MIB)  # ~100 KB of gzip
+
+
+def test_the_bomb_is_what_the_issue_describes() -> None:
+    assert len(BOMB) < 128 * 1024
+    assert len(zlib.decompress(BOMB, 16 + zlib.MAX_WBITS)) >= 100 * MIB
+
+
+def test_decoder_returns_at_most_one_slice_per_call() -> None:
+    decoder = BodyDecoder("gzip")
+    sizes = [len(decoder.decode(BOMB[i : i + 16384])) for i in range(0, len(BOMB), 16384)]
+    while decoder.pending:
+        sizes.append(len(decoder.decode(b"")))
+        assert decoder.retained_bytes <= len(BOMB)
+    assert max(sizes) == SLICE_BYTES
+    assert sum(sizes) == 100 * MIB + len(b"data: ")
+    assert decoder.finish()
+
+
+def test_deflate_keeps_input_while_output_is_pending() -> None:
+    raw = zlib.compress(b"data: " + b"b" * (3 * SLICE_BYTES) + b"\n\n")
+    decoder = BodyDecoder("deflate")
+    out = [decoder.decode(raw[:1]), decoder.decode(raw[1:])]
+    while decoder.pending:
+        out.append(decoder.decode(b""))
+    assert max(map(len, out)) <= SLICE_BYTES
+    assert b"".join(out) == b"data: " + b"b" * (3 * SLICE_BYTES) + b"\n\n"
+
+
+@given(
+    st.sampled_from(["gzip", "deflate", "raw-deflate"]),
+    st.integers(0, 3 * SLICE_BYTES),
+    st.lists(st.tuples(st.integers(1, 40000), st.integers(0, 3)), min_size=1, max_size=20),
+)
+@settings(max_examples=40)
+def test_sliced_decoding_gives_the_body_whatever_the_reads_and_pumps(
+    encoding: str, size: int, plan: list[tuple[int, int]]
+) -> None:
+    body = (b"data: 0123456789abcdef\n\n" * (size // 24 + 1))[:size]
+    if encoding == "gzip":
+        compressed = gzip.compress(body)
+    else:
+        compressed = zlib.compress(body)
+        if encoding == "raw-deflate":
+            compressed = compressed[2:-4]  # no zlib header or checksum
+    decoder = BodyDecoder("gzip" if encoding == "gzip" else "deflate")
+    out, i, step = [], 0, 0
+    while i < len(compressed):
+        read, pumps = plan[step % len(plan)]
+        out.append(decoder.decode(compressed[i : i + read]))
+        i, step = i + read, step + 1
+        for _ in range(pumps):
+            if decoder.pending:
+                out.append(decoder.decode(b""))
+    while decoder.pending:
+        out.append(decoder.decode(b""))
+    assert max(map(len, out)) <= SLICE_BYTES
+    assert b"".join(out) == body
+    assert decoder.finish()
+
+
+def test_a_gzip_bomb_is_analysed_in_slices_under_a_budget() -> None:
+    options = TapOptions(max_event_bytes=MIB)
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip", options=options)
+    # Held at most: one event's cap of decoded bytes and the rest of one 16 KiB read.
+    bound = options.max_event_bytes + 16384
+    steps = 0
+    for i in range(0, len(BOMB), 16384):
+        before = tap.decoded_bytes
+        tap.feed(BOMB[i : i + 16384])
+        steps += 1
+        assert tap.decoded_bytes - before <= SLICE_BYTES
+        assert tap.retained_bytes <= bound
+        while tap.backlog:
+            before = tap.decoded_bytes
+            tap.pump()
+            steps += 1
+            assert tap.decoded_bytes - before <= SLICE_BYTES
+            assert tap.retained_bytes <= bound
+    assert tap.decoded_bytes <= DEFAULT_MAX_DECODED_BYTES
+    assert steps >= DEFAULT_MAX_DECODED_BYTES // SLICE_BYTES  # many short calls, not one
+    assert not tap.backlog
+    assert tap.pump() == 0
+    verdict = tap.close()
+    assert verdict.anomalies.get("analysis_budget_exceeded") == 1
+    assert verdict.state == "unconfirmed"
+    assert verdict.bytes == len(BOMB)  # forwarding is counted whole; only analysis stopped
+
+
+def test_one_byte_over_the_budget_stops_the_analysis() -> None:
+    body = sse(chat_chunk("hi"), chat_chunk(finish="stop"), "[DONE]")
+    for budget, blind in ((len(body), False), (len(body) - 1, True)):
+        options = TapOptions(max_decoded_bytes=budget)
+        tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip", options=options)
+        tap.feed(gzip.compress(body))
+        verdict = tap.close()
+        assert ("analysis_budget_exceeded" in verdict.anomalies) is blind
+        assert verdict.state == ("unconfirmed" if blind else "completed")
+
+
+def test_a_large_compressed_stream_is_analysed_whole_across_pumps() -> None:
+    body = sse(*[chat_chunk("x" * 1000) for _ in range(2000)], chat_chunk(finish="stop"), "[DONE]")
+    assert len(body) > 4 * SLICE_BYTES
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip")
+    deltas = tap.feed(gzip.compress(body))
+    assert tap.backlog
+    while tap.backlog:
+        deltas += tap.pump()
+    verdict = tap.close()
+    assert verdict.state == "completed"
+    assert deltas == 2000
+    assert verdict.text_chars == 2000 * 1000
+
+
+@pytest.mark.parametrize("pump", [True, False])
+def test_close_analyses_a_backlog_left_unpumped(pump: bool) -> None:
+    body = sse(*[chat_chunk("y" * 1000) for _ in range(1000)], chat_chunk(finish="stop"), "[DONE]")
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip")
+    tap.feed(gzip.compress(body))
+    while pump and tap.backlog:
+        tap.pump()
+    verdict = tap.close()
+    assert verdict.state == "completed"
+    assert verdict.text_chars == 1000 * 1000
+
+
+# -- every index a peer sends is capped ----------------------------------------------------
+
+
+def gemini_streamed(*paths: str) -> bytes:
+    def candidate(call: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"content": {"role": "model", "parts": [{"functionCall": call}]}}
+        if finish:
+            out["finishReason"] = finish
+        return {"candidates": [out]}
+
+    fragments = [{"jsonPath": p, "stringValue": "v"} for p in paths]
+    return sse(
+        candidate({"name": "f", "willContinue": True}),
+        candidate({"partialArgs": fragments, "willContinue": True}),
+        candidate({}, finish="STOP"),
+    )
+
+
+def gemini_args(*paths: str) -> tuple[Any, dict[str, int]]:
+    tap = StreamTap(Dialect.GEMINI, options=TapOptions(strict=True))
+    tap.feed(gemini_streamed(*paths))
+    verdict = tap.close()
+    assert verdict.state == "completed"
+    return json.loads(tap.describe()["tool_calls"][0]["arguments"]), verdict.anomalies
+
+
+def test_gemini_partial_args_index_cap_and_one_more() -> None:
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX - 1}]")
+    assert len(args["a"]) == MAX_INDEX and args["a"][-1] == "v"
+    assert "index_out_of_range" not in anomalies
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX}]")
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 1
+
+
+def test_gemini_partial_args_of_the_attack_allocate_nothing() -> None:
+    # 289 bytes that allocated ~400 MB; and an index too long for int() to parse.
+    args, anomalies = gemini_args("$.a[20000000]", "$.b[" + "9" * 5000 + "]")
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 2
+
+
+def test_gemini_partial_args_gaps_share_one_budget() -> None:
+    # Each path alone is in range; together they would skip more slots than one response may.
+    args, anomalies = gemini_args(f"$.a[{MAX_INDEX - 1}]", f"$.b[{MAX_INDEX - 1}]", "$.c[0]")
+    assert len(args["a"]) == MAX_INDEX
+    assert "b" not in args or args["b"] == []
+    assert args["c"] == ["v"]
+    assert anomalies["index_out_of_range"] == 1
+
+
+def test_gemini_partial_args_depth_cap_and_one_more() -> None:
+    args, anomalies = gemini_args("$" + ".k" * MAX_PATH_DEPTH)
+    node = args
+    for _ in range(MAX_PATH_DEPTH - 1):
+        node = node["k"]
+    assert node == {"k": "v"}
+    args, anomalies = gemini_args("$" + ".k" * (MAX_PATH_DEPTH + 1))
+    assert args == {}
+    assert anomalies["index_out_of_range"] == 1
+
+
+def chat_choice(index: int) -> dict[str, Any]:
+    return {"id": "c", "choices": [{"index": index, "delta": {"content": "x"}}]}
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_CHOICES - 1, True), (MAX_CHOICES, False)])
+def test_chat_choice_index_cap_and_one_more(index: int, kept: bool) -> None:
+    tap = StreamTap(Dialect.OPENAI_CHAT)
+    tap.feed(sse(chat_choice(0), chat_choice(index)))
+    verdict = tap.close()
+    assert verdict.text_chars == (2 if kept else 1)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+    reasons = verdict.finish_reasons
+    assert (reasons is not None and len(reasons) == 2) is kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_chat_tool_call_index_cap_and_one_more(index: int, kept: bool) -> None:
+    call = {"index": index, "id": "t", "function": {"name": "f", "arguments": "{}"}}
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+    tap = StreamTap(Dialect.OPENAI_CHAT)
+    tap.feed(sse(chunk))
+    verdict = tap.close()
+    assert len(verdict.tool_calls) == (1 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_CHOICES - 1, True), (MAX_CHOICES, False)])
+def test_gemini_candidate_index_cap_and_one_more(index: int, kept: bool) -> None:
+    chunk = {"candidates": [{"index": index, "content": {"parts": [{"text": "x"}]}}]}
+    tap = StreamTap(Dialect.GEMINI)
+    tap.feed(sse(chunk))
+    verdict = tap.close()
+    assert verdict.text_chars == (1 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_anthropic_block_index_cap_and_one_more(index: int, kept: bool) -> None:
+    start = {"type": "content_block_start", "index": index, "content_block": {"type": "text"}}
+    delta = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta"}}
+    delta["delta"]["text"] = "xy"
+    tap = StreamTap(Dialect.ANTHROPIC_MESSAGES)
+    tap.feed(sse(("content_block_start", start), ("content_block_delta", delta)))
+    verdict = tap.close()
+    assert verdict.text_chars == (2 if kept else 0)
+    assert verdict.anomalies.get("index_out_of_range", 0) == (0 if kept else 2)
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_responses_content_index_cap_and_one_more(index: int, kept: bool) -> None:
+    delta = {"type": "response.output_text.delta", "item_id": "m", "content_index": index}
+    delta["delta"] = "xyz"
+    tap = StreamTap(Dialect.OPENAI_RESPONSES)
+    tap.feed(sse(("response.output_text.delta", delta)))
+    verdict = tap.close()
+    assert verdict.text_chars == (3 if kept else 0)
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+
+
+@pytest.mark.parametrize(("index", "kept"), [(MAX_INDEX - 1, True), (MAX_INDEX, False)])
+def test_responses_output_index_cap_and_one_more(index: int, kept: bool) -> None:
+    etype = "response.function_call_arguments.delta"
+    tap = StreamTap(Dialect.OPENAI_RESPONSES)
+    tap.feed(sse((etype, {"type": etype, "output_index": index, "delta": "{}"})))
+    verdict = tap.close()
+    assert ("index_out_of_range" in verdict.anomalies) is not kept
+    assert len(verdict.tool_calls) == (1 if kept else 0)
+
+
+def test_tool_calls_per_response_cap_and_one_more() -> None:
+    def calls(n: int) -> bytes:
+        return b"".join(
+            ndjson({"message": {"tool_calls": [{"function": {"name": "f", "arguments": {}}}]}})
+            for _ in range(n)
+        )
+
+    for n, over in ((MAX_TOOL_CALLS, False), (MAX_TOOL_CALLS + 1, True)):
+        tap = StreamTap(Dialect.OLLAMA)
+        tap.feed(calls(n))
+        verdict = tap.close()
+        assert len(verdict.tool_calls) == MAX_TOOL_CALLS
+        assert verdict.anomalies.get("too_many_tool_calls", 0) == (1 if over else 0)

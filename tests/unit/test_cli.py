@@ -1,0 +1,104 @@
+"""The command line: every flag says what it does and its default; a bad setting is one line
+on stderr naming the key and quoting the value, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from sseproxy import cli
+from sseproxy.config import Settings
+
+
+def subparser(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = sub.choices[name]
+    return parser
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_flag_says_what_it_does_and_its_default(command: str) -> None:
+    for action in subparser(command)._actions:
+        if isinstance(action, argparse._HelpAction) or action.required:
+            continue
+        assert action.help and len(action.help) > 20, action.dest
+        assert "default: " in action.help, (command, action.dest)
+
+
+@pytest.mark.parametrize(
+    ("flag", "shown"),
+    [
+        ("--idle-timeout", "(default: 600; env SSEPROXY_IDLE_TIMEOUT)"),
+        ("--shutdown-grace", "(default: 8;"),
+        ("--max-request-body-bytes", "(default: 33554432 = 32 MiB;"),
+        ("--listen", "(default: 127.0.0.1:8790;"),
+        ("--allow-remote", "(default: off;"),
+        ("--backlog", "0: the system's somaxconn (default: 0;"),
+        ("--allowed-hosts", "(default: none;"),
+    ],
+)
+def test_serve_help_shows_the_real_defaults(flag: str, shown: str, capsys) -> None:
+    [action] = [a for a in subparser("serve")._actions if flag in a.option_strings]
+    assert action.help is not None and shown in action.help
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    assert shown in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_setting_has_a_flag_but_the_secret() -> None:
+    dests = {a.dest for a in subparser("serve")._actions}
+    settings = {f.name for f in fields(Settings)} - {"routes", "admin_token"}
+    assert settings <= dests
+    assert "admin_token" not in dests  # a flag would show it in `ps`
+
+
+def run(
+    argv: list[str], capsys, monkeypatch, env: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
+    for key in list(__import__("os").environ):
+        if key.startswith("SSEPROXY_"):
+            monkeypatch.delenv(key)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    code = cli.main(argv)
+    return code, capsys.readouterr().err.splitlines()
+
+
+def test_a_non_finite_environment_value_is_one_line(capsys, monkeypatch) -> None:
+    code, err = run(["serve"], capsys, monkeypatch, {"SSEPROXY_IDLE_TIMEOUT": "nan"})
+    assert code == 2
+    assert err == [
+        "sseproxy: config: idle_timeout: 'nan' (SSEPROXY_IDLE_TIMEOUT) is not a finite number"
+    ]
+
+
+def test_a_non_finite_flag_is_refused(capsys, monkeypatch) -> None:
+    code, err = run(["serve", "--connect-timeout", "inf"], capsys, monkeypatch)
+    assert (code, len(err)) == (2, 1)
+    assert "connect_timeout: inf (--connect-timeout) is not a finite number" in err[0]
+
+
+def test_a_bad_route_upstream_is_one_line_naming_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[routes]]\nname = "mine"\npaths = ["/v1/*"]\nupstream = "htp://oops"\n')
+    code, err = run(["serve", "--config", str(cfg)], capsys, monkeypatch)
+    assert code == 2
+    assert err == [
+        f"sseproxy: config: route 'mine' in {cfg}: upstream 'htp://oops' is not an http(s) URL"
+    ]
+
+
+def test_a_typo_inside_a_route_is_one_line_naming_the_key(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[[routes]]\nname = "ds"\npaths = ["/ds/*"]\nupstream = "https://api.deepseek.com"\n'
+        'strip-prefix = "/ds"\n'
+    )
+    code, err = run(["serve", "--config", str(cfg)], capsys, monkeypatch)
+    assert code == 2 and len(err) == 1
+    assert "route 'ds'" in err[0] and "unknown key 'strip-prefix'" in err[0]
