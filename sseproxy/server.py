@@ -77,8 +77,7 @@ def listen_backlog(settings: Settings) -> int:
 
     aiohttp's default of 128 overflowed when a few hundred streams started at once.
     """
-    configured = int(getattr(settings, "backlog", 0) or 0)
-    return configured if configured > 0 else system_backlog()
+    return settings.backlog if settings.backlog > 0 else system_backlog()
 
 
 class InFlight:

@@ -11,11 +11,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from sseproxy.config import load
 from sseproxy.server import DEFAULT_BACKLOG, listen_backlog, system_backlog
 
 FIRST = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
@@ -294,9 +294,8 @@ def test_backlog_is_the_systems_somaxconn_unless_configured(tmp_path: Path) -> N
     somaxconn.write_text("garbage")
     assert system_backlog(somaxconn) == DEFAULT_BACKLOG
     assert system_backlog(tmp_path / "missing") == DEFAULT_BACKLOG
-    assert listen_backlog(SimpleNamespace(backlog=77)) == 77  # type: ignore[arg-type]
-    assert listen_backlog(SimpleNamespace(backlog=0)) == system_backlog()  # type: ignore[arg-type]
-    assert listen_backlog(SimpleNamespace()) == system_backlog()  # type: ignore[arg-type]
+    assert listen_backlog(load(None, {}, {"backlog": 77})) == 77
+    assert listen_backlog(load(None, {}, {})) == system_backlog()
 
 
 def test_a_burst_of_connects_waits_in_the_accept_queue(upstream: HeldUpstream) -> None:
