@@ -1,14 +1,21 @@
 """The floor: an aiohttp pass-through that reads `iter_any()` and writes each chunk, nothing else.
 
-`python -m bench.naive_proxy PORT UPSTREAM_URL`
+`python -m bench.naive_proxy PORT UPSTREAM_URL [--loop uvloop|asyncio]`
+
+It runs on the event loop sseproxy runs on (uvloop when installed) and listens with the same
+backlog, so that what separates the two is sseproxy's own work. It imports nothing from
+sseproxy (bench.proxy is standard library only), so its memory is the pass-through's alone.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import asyncio
 
 import aiohttp
 from aiohttp import web
+
+from bench.proxy import has_uvloop, listen_backlog
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 
@@ -40,12 +47,37 @@ async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
     await app["session"].close()
 
 
+def new_loop(name: str) -> asyncio.AbstractEventLoop:
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("port", type=int)
+    parser.add_argument("upstream")
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio"), default="uvloop" if has_uvloop() else "asyncio"
+    )
+    args = parser.parse_args()
     app = web.Application()
-    app["upstream"] = sys.argv[2].rstrip("/")
+    app["upstream"] = args.upstream.rstrip("/")
     app.router.add_route("*", "/{tail:.*}", handle)
     app.cleanup_ctx.append(session_ctx)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+    loop = new_loop(args.loop)
+    asyncio.set_event_loop(loop)
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        print=None,
+        access_log=None,
+        backlog=listen_backlog(),
+        loop=loop,
+    )
 
 
 if __name__ == "__main__":

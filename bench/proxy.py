@@ -1,18 +1,24 @@
 """End-to-end proxy benchmark: direct vs naive pass-through vs sseproxy, interleaved rounds.
 
-`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e] [--quick]`
+`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r] [--quick]`
 
 Every candidate runs as its own process beside one upstream process and one load-generator
 process, all on loopback. Per round and candidate: the load generator's latency figures, and
 the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM) read from /proc. Proxies are
 started afresh each round so that VmHWM is that round's peak. The table shows medians over
 rounds, and added latency is measured against the direct run of the same round.
+
+Two floors: the naive pass-through on asyncio's default loop and on uvloop. sseproxy runs on
+uvloop, so the ratios and the targets (issue 14) are against the naive pass-through on uvloop;
+the asyncio row shows what the loop alone is worth.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import os
 import platform
 import socket
@@ -44,6 +50,12 @@ SCENARIOS = {
     "c": Scenario("c: 8 x 20,000 flat out", 8, 20_000, 0, spread=0.1),
     "d": Scenario("d: 1,000 idle-ish (1 ev / 2 s)", 1000, 5, 2000, spread=2.0),
     "e": Scenario("e: bulk 8 x 250,000, 16 / write", 8, 250_000, 0, per_write=16, spread=0.1),
+    # Hundreds of connects at once: an accept queue that overflows costs a SYN retransmission
+    # (~1 s) to the streams beyond it, which shows in TTFB p99.
+    "burst": Scenario("burst: 500 connects within 50 ms, 20 x @ 50 ms", 500, 20, 50, spread=0.05),
+    # Short requests: what each request costs beyond its events (verdict, record, log, metrics,
+    # and the setup of its analysis), as CPU per request over the floor's.
+    "r": Scenario("r: 2,000 requests of 1 event, over 2 s", 2000, 1, 0, spread=2.0),
     "anthropic": Scenario(
         "b': 500 x 100 @ 50 ms, Anthropic", 500, 100, 50, spread=2.0, dialect="anthropic"
     ),
@@ -63,6 +75,28 @@ QUICK = {
     )
     for k, s in SCENARIOS.items()
 }
+
+
+def listen_backlog() -> int:
+    """The system's somaxconn, as sseproxy listens with; every listener here uses it."""
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text()) or 4096
+    except (OSError, ValueError):
+        return 4096
+
+
+def has_uvloop() -> bool:
+    """Without importing it: the naive pass-through on asyncio should not carry its memory."""
+    return importlib.util.find_spec("uvloop") is not None
+
+
+# The candidates a run compares, in order; `naive-uvloop` is the floor when uvloop is installed.
+DIRECT, NAIVE_ASYNCIO, NAIVE_UVLOOP, SSEPROXY = (
+    "direct",
+    "naive-asyncio",
+    "naive-uvloop",
+    "sseproxy",
+)
 
 
 def free_port() -> int:
@@ -96,8 +130,9 @@ def peak_rss_mb(pid: int) -> float:
 
 def start_proxy(kind: str, upstream: str, logdir: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    if kind == "naive":
-        cmd = [sys.executable, "-m", "bench.naive_proxy", str(port), upstream]
+    if kind in (NAIVE_ASYNCIO, NAIVE_UVLOOP):
+        loop = "asyncio" if kind == NAIVE_ASYNCIO else "uvloop"
+        cmd = [sys.executable, "-m", "bench.naive_proxy", str(port), upstream, "--loop", loop]
         out = subprocess.DEVNULL
     else:
         cmd = [
@@ -145,7 +180,7 @@ def run_load(url: str, s: Scenario) -> dict[str, float]:
 
 
 def measure(kind: str, s: Scenario, upstream: str, logdir: Path) -> dict[str, float]:
-    if kind == "direct":
+    if kind == DIRECT:
         return run_load(upstream, s)
     proc, port = start_proxy(kind, upstream, logdir)
     try:
@@ -154,6 +189,7 @@ def measure(kind: str, s: Scenario, upstream: str, logdir: Path) -> dict[str, fl
         result["cpu_s"] = cpu_seconds(proc.pid) - before
         result["peak_rss_mb"] = peak_rss_mb(proc.pid)
         result["cpu_us_per_event"] = result["cpu_s"] / max(result["events"], 1) * 1e6
+        result["cpu_us_per_request"] = result["cpu_s"] / max(result["streams"], 1) * 1e6
         result["cpu_s_per_mb"] = result["cpu_s"] / max(result["bytes"] / 1e6, 1e-9)
     finally:
         proc.terminate()
@@ -166,58 +202,102 @@ def med(rounds: list[dict[str, float]], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(s: Scenario, results: dict[str, list[dict[str, float]]]) -> None:
-    direct = results["direct"]
+def cell(rounds: list[dict[str, float]], key: str, spec: str) -> str:
+    """A process figure, or a dash for `direct`, which has no proxy process."""
+    value = med(rounds, key)
+    return "–" if math.isnan(value) else format(value, spec)
+
+
+def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) -> None:
+    direct = results[DIRECT]
     print(f"\n### {s.name}\n")
     print(
-        "| candidate | streams done | events/s | MB/s | TTFB p50 ms | +lat p50 ms | "
+        "| candidate | streams done | events/s | MB/s | TTFB p50 ms | TTFB p99 ms | +lat p50 ms | "
         "+lat p99 ms | lat max ms | CPU µs/event | CPU s/MB | peak RSS MB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for kind, rounds in results.items():
-        added50 = [r["lat_p50_ms"] - d["lat_p50_ms"] for r, d in zip(rounds, direct, strict=True)]
-        added99 = [r["lat_p99_ms"] - d["lat_p99_ms"] for r, d in zip(rounds, direct, strict=True)]
-        print(
-            f"| {kind} | {med(rounds, 'completed'):.0f}/{s.streams} | "
-            f"{med(rounds, 'events_per_s'):,.0f} | {med(rounds, 'mb_per_s'):.1f} | "
-            f"{med(rounds, 'ttfb_p50_ms'):.2f} | {statistics.median(added50):+.2f} | "
-            f"{statistics.median(added99):+.2f} | {med(rounds, 'lat_max_ms'):.1f} | "
-            f"{med(rounds, 'cpu_us_per_event'):.1f} | {med(rounds, 'cpu_s_per_mb'):.3f} | "
-            f"{med(rounds, 'peak_rss_mb'):.0f} |"
-        )
-    naive, ours = results["naive"], results["sseproxy"]
-
-    def ratio(key: str, a: list[dict[str, float]], b: list[dict[str, float]]) -> float:
-        return med(a, key) / med(b, key)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def added(rounds: list[dict[str, float]], key: str) -> float:
         return statistics.median([r[key] - d[key] for r, d in zip(rounds, direct, strict=True)])
 
+    for kind, rounds in results.items():
+        print(
+            f"| {kind} | {med(rounds, 'completed'):.0f}/{s.streams} | "
+            f"{med(rounds, 'events_per_s'):,.0f} | {med(rounds, 'mb_per_s'):.1f} | "
+            f"{med(rounds, 'ttfb_p50_ms'):.2f} | {med(rounds, 'ttfb_p99_ms'):.2f} | "
+            f"{added(rounds, 'lat_p50_ms'):+.2f} | {added(rounds, 'lat_p99_ms'):+.2f} | "
+            f"{med(rounds, 'lat_max_ms'):.1f} | {cell(rounds, 'cpu_us_per_event', '.1f')} | "
+            f"{cell(rounds, 'cpu_s_per_mb', '.3f')} | {cell(rounds, 'peak_rss_mb', '.0f')} |"
+        )
+    floor_kind = NAIVE_UVLOOP if NAIVE_UVLOOP in results else NAIVE_ASYNCIO
+    naive, ours = results[floor_kind], results[SSEPROXY]
+
+    def ratio(key: str, a: list[dict[str, float]], b: list[dict[str, float]]) -> float:
+        return med(a, key) / med(b, key)
+
     n50, n99 = added(naive, "lat_p50_ms"), added(naive, "lat_p99_ms")
     o50, o99 = added(ours, "lat_p50_ms"), added(ours, "lat_p99_ms")
-    ttfb_naive = med(naive, "ttfb_p50_ms") - med(direct, "ttfb_p50_ms")
-    ttfb_ours = med(ours, "ttfb_p50_ms") - med(direct, "ttfb_p50_ms")
+    p99_ratio = o99 / n99 if n99 > 0 else float("nan")
+    cpu_ratio = ratio("cpu_us_per_event", ours, naive)
+    cpu_extra = med(ours, "cpu_us_per_event") - med(naive, "cpu_us_per_event")
+    rate_naive = ratio("events_per_s", ours, naive)
+    rate_direct = ratio("events_per_s", ours, direct)
+    rss = ratio("peak_rss_mb", ours, naive)
+    ttfb99 = ratio("ttfb_p99_ms", ours, naive)
     print(
-        f"\nsseproxy vs naive: added p99 {o99:+.2f} vs {n99:+.2f} ms "
-        f"(ratio {o99 / n99 if n99 > 0 else float('nan'):.2f}); added p50 {o50:+.2f} vs "
-        f"{n50:+.2f} ms; CPU/event {ratio('cpu_us_per_event', ours, naive):.2f}x; "
-        f"events/s {ratio('events_per_s', ours, naive):.2f}x; "
-        f"peak RSS {ratio('peak_rss_mb', ours, naive):.2f}x; "
-        f"added TTFB {ttfb_ours:+.2f} vs {ttfb_naive:+.2f} ms.  "
-        f"sseproxy vs direct: events/s {ratio('events_per_s', ours, direct):.2f}x"
+        f"\nsseproxy vs {floor_kind} (the floor): added p99 {o99:+.2f} vs {n99:+.2f} ms "
+        f"(ratio {p99_ratio:.2f}); added p50 {o50:+.2f} vs {n50:+.2f} ms; "
+        f"CPU/event {cpu_ratio:.2f}x ({cpu_extra:+.1f} µs); events/s {rate_naive:.2f}x; "
+        f"peak RSS {rss:.2f}x; TTFB p99 {ttfb99:.2f}x.  "
+        f"sseproxy vs direct: events/s {rate_direct:.2f}x"
+    )
+    if NAIVE_ASYNCIO in results and floor_kind != NAIVE_ASYNCIO:
+        slow = results[NAIVE_ASYNCIO]
+        print(
+            f"(vs {NAIVE_ASYNCIO}: CPU/event {ratio('cpu_us_per_event', ours, slow):.2f}x, "
+            f"added p99 {o99:+.2f} vs {added(slow, 'lat_p99_ms'):+.2f} ms; "
+            f"{floor_kind} vs {NAIVE_ASYNCIO}: CPU/event "
+            f"{ratio('cpu_us_per_event', naive, slow):.2f}x)"
+        )
+    # Issue 14's targets for this scenario: (what, figure, met).
+    targets: list[tuple[str, str, bool]] = [("peak RSS <= 1.5x floor", f"{rss:.2f}x", rss <= 1.5)]
+    if key in ("a", "b"):
+        targets += [
+            ("CPU/event <= 1.25x floor", f"{cpu_ratio:.2f}x", cpu_ratio <= 1.25),
+            # A floor that added nothing at p99 (short runs) leaves only "added nothing too".
+            ("added p99 <= 1.5x floor's", f"{p99_ratio:.2f}x", p99_ratio <= 1.5 or o99 <= n99),
+            ("events/s >= 0.97x direct", f"{rate_direct:.2f}x", rate_direct >= 0.97),
+        ]
+    elif key == "c":
+        targets.append(("events/s >= 0.8x floor", f"{rate_naive:.2f}x", rate_naive >= 0.8))
+    elif key == "e":
+        targets.append(("CPU/event <= floor + 2 µs", f"{cpu_extra:+.1f} µs", cpu_extra <= 2))
+    elif key == "r":
+        per_request = med(ours, "cpu_us_per_request") - med(naive, "cpu_us_per_request")
+        print(
+            f"CPU per request: sseproxy {med(ours, 'cpu_us_per_request'):.0f} µs, "
+            f"{floor_kind} {med(naive, 'cpu_us_per_request'):.0f} µs"
+        )
+        targets.append(("per-request cost <= 50 µs", f"{per_request:+.0f} µs", per_request <= 50))
+    elif key == "burst":
+        targets.append(("TTFB p99 <= 1.5x floor's", f"{ttfb99:.2f}x", ttfb99 <= 1.5))
+    print(
+        "\ntargets: "
+        + "; ".join(f"{what}: {fig} {'met' if ok else 'MISSED'}" for what, fig, ok in targets)
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--scenarios", default="a,b,c,d,e")
+    parser.add_argument("--scenarios", default="a,b,c,d,e,burst,r")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", metavar="FILE", help="also write every round's figures here")
     args = parser.parse_args()
     table = QUICK if args.quick else SCENARIOS
     up_port = free_port()
     upstream_proc = subprocess.Popen([sys.executable, "-m", "bench.upstream", str(up_port)])
+    kinds = [DIRECT, NAIVE_ASYNCIO, *([NAIVE_UVLOOP] if has_uvloop() else []), SSEPROXY]
     upstream = f"http://127.0.0.1:{up_port}"
     logdir = Path(tempfile.mkdtemp(prefix="sseproxy-bench-"))
     everything: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -229,14 +309,13 @@ def main() -> None:
         wait_port(up_port)
         for key in args.scenarios.split(","):
             s = table[key]
-            results: dict[str, list[dict[str, float]]] = {"direct": [], "naive": [], "sseproxy": []}
-            kinds = list(results)
+            results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
             for round_ in range(args.rounds):
-                order = kinds[round_ % 3 :] + kinds[: round_ % 3]  # rotate who goes first
-                for kind in order:
+                turn = round_ % len(kinds)
+                for kind in kinds[turn:] + kinds[:turn]:  # rotate who goes first
                     results[kind].append(measure(kind, s, upstream, logdir))
             everything[key] = results
-            report(s, results)
+            report(key, s, results)
     finally:
         upstream_proc.terminate()
         upstream_proc.wait(30)

@@ -14,6 +14,8 @@ import time
 
 from aiohttp import web
 
+from bench.proxy import listen_backlog
+
 TEXT = "流式"  # a little CJK in every event, as real answers have
 
 
@@ -134,7 +136,15 @@ async def stream(request: web.Request) -> web.StreamResponse:
 def main() -> None:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", stream)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+    # The bench's burst scenario must not overflow the upstream's accept queue either.
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        print=None,
+        access_log=None,
+        backlog=listen_backlog(),
+    )
 
 
 if __name__ == "__main__":

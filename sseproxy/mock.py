@@ -30,6 +30,7 @@ from .core.inject import (
     KeepAlive,
     Pause,
     RawEvents,
+    RawMessages,
     Rule,
     Stall,
     Write,
@@ -94,7 +95,7 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     verdict = tap.close()
     chosen = dialect or verdict.dialect
     spec = spec_for(chosen)
-    events = _split_events(data, spec.framing is Framing.NDJSON)
+    events = _split_events(data, spec.framing)
     cut = verdict.interruption is not None and verdict.interruption.partial_event_bytes > 0
     content_type = spec.media_type
     return Recording(
@@ -107,14 +108,18 @@ def from_body(path: Path, dialect: Dialect | None = None) -> Recording:
     )
 
 
-def _split_events(data: bytes, ndjson: bool) -> list[bytes]:
-    splitter = RawEvents(ndjson)
+def _split_events(data: bytes, framing: Framing) -> list[bytes]:
+    splitter: RawEvents | RawMessages
+    if framing is Framing.EVENTSTREAM:
+        splitter = RawMessages()
+    else:
+        splitter = RawEvents(framing is Framing.NDJSON)
     events = splitter.feed(data)
     rest = splitter.rest()
     return [*events, rest] if rest else events
 
 
-BODY_SUFFIXES = (".sse", ".ndjson", ".jsonl", ".txt")
+BODY_SUFFIXES = (".sse", ".ndjson", ".jsonl", ".txt", ".eventstream")
 
 
 def load_recordings(paths: Iterable[Path], dialect: Dialect | None = None) -> list[Recording]:

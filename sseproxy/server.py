@@ -1,12 +1,28 @@
-"""Run the proxy until SIGINT/SIGTERM: logging configured once, then aiohttp's runner."""
+"""Run the proxy until SIGINT/SIGTERM: listen, serve, then stop on our own clock.
+
+aiohttp's `run_app` applies its shutdown timeout twice (wait for handlers, then wait again
+after cancelling them), so streams were cut at about twice the grace and Docker's stop timeout
+killed the process before it wrote its records. Here the first signal stops accepting and gives
+in-flight requests `shutdown_grace` seconds from that signal; then every remaining handler is
+cancelled (it writes its record as `proxy_shutdown`) and the process exits. A second signal cuts
+at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from . import __version__, log
 from .config import Settings
@@ -14,12 +30,19 @@ from .proxy import STATE, create_app, is_loopback
 
 logger = structlog.get_logger("sseproxy")
 
-
 # Streaming allocates many short-lived tuples and strings; with CPython's default gen0
 # threshold of 700 the collector ran so often, over hundreds of live streams' objects, that
 # its pauses showed up as delivery latency. Objects alive at startup (modules, config) are
 # frozen out of collection; the young generation is collected 70x less often.
 GC_THRESHOLDS = (50_000, 20, 20)
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+# Linux's default since 5.4; used where the system's value cannot be read.
+DEFAULT_BACKLOG = 4096
+# How long cancelled handlers get to write their records before the process goes on exiting.
+CUT_WAIT = 1.0
+EXIT_CANNOT_LISTEN = 1
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def tune_gc() -> None:
@@ -27,7 +50,7 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def choose_loop(preference: str) -> str:
+def choose_loop(preference: str) -> tuple[str, Callable[[], asyncio.AbstractEventLoop] | None]:
     """uvloop when available (it halves the event loop's cost per chunk), else asyncio."""
     if preference in ("auto", "uvloop"):
         try:
@@ -35,55 +58,187 @@ def choose_loop(preference: str) -> str:
         except ImportError:
             if preference == "uvloop":
                 raise
-            return "asyncio"
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        return "uvloop"
-    return "asyncio"
+            return "asyncio", None
+        return "uvloop", uvloop.new_event_loop
+    return "asyncio", None
+
+
+def system_backlog(path: Path = SOMAXCONN) -> int:
+    """The kernel's cap on a listen queue: asking for more is silently truncated to it."""
+    try:
+        value = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return DEFAULT_BACKLOG
+    return value if value > 0 else DEFAULT_BACKLOG
+
+
+def listen_backlog(settings: Settings) -> int:
+    """A burst of connects must wait in the accept queue, not in SYN retransmission (~1 s).
+
+    aiohttp's default of 128 overflowed when a few hundred streams started at once.
+    """
+    return settings.backlog if settings.backlog > 0 else system_backlog()
+
+
+class InFlight:
+    """The handler tasks running now, so that shutdown can wait for them and then cut them."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def middleware(self) -> Middleware:
+        @web.middleware
+        async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
+            task = asyncio.current_task()
+            if task is None:  # pragma: no cover (aiohttp runs every handler in a task)
+                return await handler(request)
+            self.tasks.add(task)
+            self.idle.clear()
+            try:
+                return await handler(request)
+            finally:
+                self.tasks.discard(task)
+                if not self.tasks:
+                    self.idle.set()
+
+        return track
+
+    def cancel_all(self) -> int:
+        for task in self.tasks:
+            task.cancel()
+        return len(self.tasks)
+
+
+class Signals:
+    """SIGTERM/SIGINT as events: the first asks for a graceful stop, the second for a cut."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.count = 0
+        self.first_at = 0.0
+        self.first = asyncio.Event()
+        self.again = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.received)
+            except NotImplementedError:  # pragma: no cover (Windows' loops have no handlers)
+                signal.signal(sig, lambda *_: loop.call_soon_threadsafe(self.received))
+
+    def received(self) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.first_at = self.loop.time()
+            self.first.set()
+        else:
+            self.again.set()
+
+
+class Runner(web.AppRunner):
+    """An AppRunner whose on_shutdown hooks run once: we run them at the first signal (they end
+    the inspector's feeds and mark the state as shutting down), `cleanup()` would run them again.
+    """
+
+    __slots__ = ("_shut_down",)
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._shut_down = False
+
+    async def shutdown(self) -> None:
+        if not self._shut_down:
+            self._shut_down = True
+            await super().shutdown()
 
 
 def run(settings: Settings) -> int:
     log.configure(settings.log_format, settings.log_level)
-    loop_name = choose_loop(settings.event_loop)
+    loop_name, loop_factory = choose_loop(settings.event_loop)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(serve(settings, loop_name))
+
+
+async def serve(settings: Settings, loop_name: str) -> int:
+    """Listen, serve until a signal, stop. Returns the process's exit code."""
     app = create_app(settings)
-
-    async def started(app: web.Application) -> None:
-        tune_gc()
-        logger.info(
-            "proxy.started",
-            version=__version__,
-            listen=settings.listen,
-            event_loop=loop_name,
-            upstream=settings.public_upstream,
-            routes=[r.name for r in settings.routes] if not settings.upstream else None,
-        )
-        if not is_loopback(settings.host) and not settings.allow_remote:
-            logger.warning(
-                "proxy.listening_remotely",
-                listen=settings.listen,
-                hint="every API key sent to this proxy is exposed on that address; "
-                "set allow_remote = true to silence this warning",
-            )
-
-    async def stopping(app: web.Application) -> None:
-        logger.info(
-            "proxy.stopping",
-            active_streams=app[STATE].active,
-            grace_seconds=settings.shutdown_grace,
-        )
-
-    async def stopped(app: web.Application) -> None:
-        logger.info("proxy.stopped")
-
-    app.on_startup.append(started)
-    app.on_shutdown.append(stopping)
-    app.on_cleanup.append(stopped)
-    web.run_app(
+    inflight = InFlight()
+    app.middlewares.insert(0, inflight.middleware())
+    runner = Runner(
         app,
-        host=settings.host,
-        port=settings.port,
         access_log=None,  # the request.finished record replaces the access log
-        print=None,
         handler_cancellation=True,  # a client that leaves cancels its upstream request at once
-        shutdown_timeout=settings.shutdown_grace,
+        shutdown_timeout=CUT_WAIT,  # only idle connections are left when cleanup() runs
     )
+    signals = Signals(asyncio.get_running_loop())
+    await runner.setup()
+    backlog = listen_backlog(settings)
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=backlog)
+    try:
+        await site.start()
+    except OSError as exc:
+        # asyncio's message repeats the address; the errno's text alone reads as one line.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"sseproxy: cannot listen on {settings.listen}: {reason}", file=sys.stderr)
+        await runner.cleanup()
+        return EXIT_CANNOT_LISTEN
+    tune_gc()
+    logger.info(
+        "proxy.started",
+        version=__version__,
+        listen=settings.listen,
+        event_loop=loop_name,
+        backlog=backlog,
+        upstream=settings.public_upstream,
+        routes=[r.name for r in settings.routes] if not settings.upstream else None,
+    )
+    if not is_loopback(settings.host) and not settings.allow_remote:
+        logger.warning(
+            "proxy.listening_remotely",
+            listen=settings.listen,
+            hint="every API key sent to this proxy is exposed on that address; "
+            "set allow_remote = true to silence this warning",
+        )
+    await signals.first.wait()
+    await stop(runner, site, inflight, signals, settings.shutdown_grace)
     return 0
+
+
+async def stop(
+    runner: Runner, site: web.TCPSite, inflight: InFlight, signals: Signals, grace: float
+) -> None:
+    """Stop accepting, wait up to `grace` from the first signal, cut what is left, clean up."""
+    loop = asyncio.get_running_loop()
+    await site.stop()  # no new connections
+    if runner.server is not None:
+        runner.server.pre_shutdown()  # keep-alive connections close after their current request
+    app = runner.app
+    logger.info(
+        "proxy.stopping",
+        active_streams=app[STATE].active,
+        in_flight=len(inflight.tasks),
+        grace_seconds=grace,
+    )
+    await runner.shutdown()  # on_shutdown: mark the state as shutting down, end inspector feeds
+    remaining = signals.first_at + grace - loop.time()
+    if not signals.again.is_set() and remaining > 0:
+        await first_of(inflight.idle.wait(), signals.again.wait(), timeout=remaining)
+    cut = inflight.cancel_all()
+    if cut:
+        # Each cancelled handler writes its record (`proxy_shutdown`) as it unwinds.
+        await first_of(inflight.idle.wait(), timeout=CUT_WAIT)
+    await runner.cleanup()  # close idle connections, on_cleanup: drain captures, close session
+    logger.info("proxy.stopped", cut_streams=cut, second_signal=signals.again.is_set())
+
+
+async def first_of(*aws: Awaitable[Any], timeout: float) -> None:
+    """Wait until the first of `aws` is done or `timeout` passes; cancel the others."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -38,6 +38,11 @@ PROVIDERS = {
     "xai": "x_ai",
     "openrouter": "openrouter",
     "ollama": "ollama",
+    "bedrock": "aws.bedrock",
+    "cohere": "cohere",
+    "azure": "azure.ai.openai",
+    "vertex": "gcp.vertex_ai",
+    "perplexity": "perplexity",
 }
 
 

@@ -18,6 +18,7 @@ class Framing(Enum):
     NDJSON = "ndjson"
     JSON_BODY = "json"
     TEXT = "text"
+    EVENTSTREAM = "eventstream"  # AWS `application/vnd.amazon.eventstream` (Bedrock)
 
 
 class SSEEvent(NamedTuple):

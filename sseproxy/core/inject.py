@@ -15,17 +15,20 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
 - `cut-mid-event=N`: events before N are sent, then half of event N, then the cut (N=3).
 - `drop-terminal`: the dialect's terminal signal is removed: Chat's chunks carrying a
   `finish_reason` and `[DONE]`, `message_stop`, `response.completed/incomplete/failed`, Gemini
-  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`.
+  chunks with a `finishReason`, Ollama's `done: true` line, Vercel's `finish` and `[DONE]`,
+  Bedrock Converse `messageStop`, the Bedrock Invoke chunk holding `message_stop` or the
+  invocation metrics, Cohere `message-end` (each dialect's spec says which).
 - `done-after-cut=N`: after N events (N=2) the upstream "fails" and a relay-style end marker
   follows (`data: [DONE]`; `message_stop` for Anthropic); the HTTP body then ends cleanly.
 - `inject-error=N`: after N events (N=2) the dialect's own in-band error is sent and the body
   ends: Anthropic `overloaded_error`, Chat `{"error": ...}`, Responses `error`, Gemini 503
-  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`.
+  `UNAVAILABLE`, Ollama `{"error": ...}`, Vercel `error` then `[DONE]`, Bedrock a
+  `modelStreamErrorException` message, Cohere `message-end` with `ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
-- `crlf`: every line end becomes CRLF.
+- `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
 
-Event rules work on whole events (blank-line framing, or lines for NDJSON); byte rules then cut
-the resulting bytes into writes.
+Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
+streams); byte rules then cut the resulting bytes into writes.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ import json
 from dataclasses import dataclass, field
 
 from .dialects import sniff, spec_for
-from .events import SSEEvent
-from .framing import SSEDecoder
+from .events import Framing, SSEEvent
+from .eventstream import MIN_MESSAGE_BYTES
+from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from .verdict import Dialect
 
 RULES = {
@@ -184,6 +188,54 @@ class RawEvents:
         return rest
 
 
+class RawMessages:
+    """Splits an AWS event stream into raw messages by their length prefix, keeping every
+    byte. From bytes that cannot start a message (an impossible or oversized length) on,
+    everything passes through unsplit."""
+
+    ndjson = False
+
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._held: list[bytes] = []
+        self._held_len = 0
+        self._need = 4  # bytes needed before the next decision
+        self._passthrough = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self._passthrough:
+            return [data] if data else []
+        self._held.append(data)
+        self._held_len += len(data)
+        if self._held_len < self._need:
+            return []  # joined once per message, not once per read: linear
+        held = b"".join(self._held)
+        out: list[bytes] = []
+        start = 0
+        while len(held) - start >= 4:
+            total = int.from_bytes(held[start : start + 4], "big")
+            if total < MIN_MESSAGE_BYTES or total > self.max_message_bytes:
+                self._passthrough = True
+                out.append(held[start:])
+                start = len(held)
+                break
+            if len(held) - start < total:
+                break
+            out.append(held[start : start + total])
+            start += total
+        rest = held[start:]
+        self._held, self._held_len = ([rest], len(rest)) if rest else ([], 0)
+        self._need = (
+            int.from_bytes(rest[:4], "big") if len(rest) >= 4 and not self._passthrough else 4
+        )
+        return out
+
+    def rest(self) -> bytes:
+        rest = b"".join(self._held)
+        self._held, self._held_len = [], 0
+        return rest
+
+
 def _parse(raw: bytes) -> SSEEvent | None:
     decoder = SSEDecoder()
     events = [f for f in decoder.feed(raw) if isinstance(f, SSEEvent)]
@@ -191,7 +243,9 @@ def _parse(raw: bytes) -> SSEEvent | None:
 
 
 def is_terminal(dialect: Dialect | None, raw: bytes, ndjson: bool) -> bool:
-    return spec_for(dialect).drills.is_terminal(None if ndjson else _parse(raw), raw)
+    spec = spec_for(dialect)
+    binary = spec.framing is Framing.EVENTSTREAM
+    return spec.drills.is_terminal(None if ndjson or binary else _parse(raw), raw)
 
 
 def error_event(dialect: Dialect | None, sequence_number: int = 0) -> bytes:
@@ -235,11 +289,15 @@ class Injector:
     events_sent: int = 0
     done: bool = False
     next_sequence: int = 0  # of a Responses stream, for an injected error event
-    _raw: RawEvents = field(init=False)
+    _raw: RawEvents | RawMessages = field(init=False)
     _first_write: bool = True
 
     def __post_init__(self) -> None:
-        self._raw = RawEvents(self.ndjson or self.dialect is Dialect.OLLAMA)
+        framing = spec_for(self.dialect).framing
+        if framing is Framing.EVENTSTREAM:
+            self._raw = RawMessages()
+        else:
+            self._raw = RawEvents(self.ndjson or framing is Framing.NDJSON)
         self._by_name = {rule.name: rule.value for rule in self.rules}
 
     @property
@@ -279,7 +337,7 @@ class Injector:
                 steps += [*self._writes(raw[: max(1, len(raw) // 2)]), Close()]
                 self.done = True
                 return steps
-            if "crlf" in rules:
+            if "crlf" in rules and not isinstance(self._raw, RawMessages):
                 raw = to_crlf(raw)
             out = raw
             if "duplicate-snapshot" in rules and self._is_snapshot(raw):
@@ -319,7 +377,7 @@ class Injector:
 
     def _keepalive_stall(self) -> list[Step]:
         data = keepalive(self.dialect, self._raw.ndjson)
-        if "crlf" in self._by_name:
+        if "crlf" in self._by_name and not isinstance(self._raw, RawMessages):
             data = to_crlf(data)
         self.done = True
         return [KeepAlive(data, KEEPALIVE_INTERVAL_MS)]

@@ -15,6 +15,14 @@ from typing import Any, Protocol
 
 from .dialects.base import loads
 from .events import Frame, Framing, Line
+from .eventstream import (
+    EVENTSTREAM_MEDIA_TYPE,
+    PRELUDE_BYTES,
+    Corruption,
+    EventMessage,
+    prelude_holds,
+)
+from .eventstream_reader import EventStreamReader
 from .framing import LineDecoder, SSEDecoder
 
 # A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
@@ -25,6 +33,8 @@ MAX_UNDECIDED_BYTES = 64 * 1024
 # Leading bytes of a `text/plain` body that mark it as SSE served under the wrong type.
 SSE_FIELD_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
 WHITESPACE = b" \t\r\n\xef\xbb\xbf"  # and the BOM's bytes
+# Anomalies a reader counts when part of the body went unanalysed: the tap then goes blind.
+UNSEEN = ("body_too_large_to_analyse", *(str(c) for c in Corruption))
 
 
 class Sink(Protocol):
@@ -36,6 +46,7 @@ class Sink(Protocol):
     def on_line(self, line: Line) -> None: ...
     def on_text(self, text: str) -> None: ...
     def on_body(self, body: Any) -> None: ...
+    def on_message(self, message: EventMessage) -> None: ...
 
 
 class Reader(Protocol):
@@ -155,6 +166,7 @@ READERS: dict[Framing, ReaderFactory] = {
     Framing.NDJSON: lambda sink, max_event, max_body: NDJSONReader(sink, max_event),
     Framing.JSON_BODY: lambda sink, max_event, max_body: JSONBodyReader(sink, max_body),
     Framing.TEXT: lambda sink, max_event, max_body: TextReader(sink),
+    Framing.EVENTSTREAM: lambda sink, max_event, max_body: EventStreamReader(sink, max_event),
 }
 
 
@@ -163,6 +175,8 @@ def framing_for(content_type: str | None) -> Framing | None:
     ctype = (content_type or "").split(";", 1)[0].strip().lower()
     if ctype == "text/event-stream":
         return Framing.SSE
+    if ctype == EVENTSTREAM_MEDIA_TYPE:
+        return Framing.EVENTSTREAM
     if "ndjson" in ctype or "jsonl" in ctype or "json-seq" in ctype:
         return Framing.NDJSON
     if not ctype or ctype == "application/json" or ctype.endswith("+json"):
@@ -215,6 +229,8 @@ class FramingChoice:
         elif not self.line_seen:
             self.line_seen = b"\n" in data
         if not self.json_like:
+            if self.declared is Framing.EVENTSTREAM or self.held[0][:1] == b"\x00":
+                return self._eventstream()
             return Framing.SSE if self.declared is not Framing.TEXT else self._text_or_sse()
         if not self.line_seen:
             if self.held_len > self.max_held:
@@ -232,6 +248,19 @@ class FramingChoice:
         held = b"".join(self.held)
         self.held, self.held_len = [], 0
         return held
+
+    def _eventstream(self) -> Framing | None:
+        """Declared, or (a replayed body has no Content-Type) a first prelude whose CRC holds;
+        no text framing starts with NUL."""
+        if self.declared is Framing.EVENTSTREAM:
+            return Framing.EVENTSTREAM
+        held = b"".join(self.held)
+        self.held = [held]
+        if len(held) < PRELUDE_BYTES:
+            return None
+        if prelude_holds(held):
+            return Framing.EVENTSTREAM
+        return Framing.SSE if self.declared is not Framing.TEXT else self._text_or_sse()
 
     def _text_or_sse(self) -> Framing | None:
         """`text/plain` and other types are text, unless the body is visibly SSE under the

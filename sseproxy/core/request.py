@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 import orjson
 
@@ -78,7 +78,8 @@ def request_facts(path: str, query: str, body: bytes) -> RequestFacts:
 
 def _model_from_path(path: str) -> str | None:
     """Gemini and Bedrock name the model in the path: `/models/{model}:method`, `/model/{id}/`."""
-    for marker in ("/models/", "/model/"):
-        if marker in path:
-            return path.split(marker, 1)[1].split(":", 1)[0].split("/", 1)[0] or None
+    if "/models/" in path:
+        return path.split("/models/", 1)[1].split(":", 1)[0].split("/", 1)[0] or None
+    if "/model/" in path:  # a Bedrock id keeps its colon (`...-v1:0`); the SDK encodes it
+        return unquote(path.split("/model/", 1)[1].split("/", 1)[0]) or None
     return None

@@ -14,10 +14,12 @@ from typing import Any
 
 from .dialects import Assembler, new_assembler, sniff, sniff_body, spec_for
 from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly, loads
+from .dialects.bedrock_converse import sniff_message
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, Framing, Line, SSEEvent
+from .eventstream import EventMessage
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
-from .readers import DEFAULT_MAX_BODY_BYTES, READERS, FramingChoice, Reader, SSEReader
+from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
 from .request import RequestFacts
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
@@ -280,6 +282,18 @@ class StreamTap:
         assert self.assembler is not None
         self.assembler.on_text(text)
 
+    def on_message(self, message: EventMessage) -> None:
+        """One AWS event stream message: the first one tells Converse from Invoke."""
+        self.events += 1
+        if self.assembler is None:
+            self._adopt(sniff_message(message))
+        assert self.assembler is not None
+        receive = getattr(self.assembler, "on_aws_message", None)
+        if receive is None:
+            self.anomalies["unexpected_framing"] += 1  # a dialect forced on an event stream
+        else:
+            receive(message)
+
     def on_body(self, body: Any) -> None:
         if self.assembler is None:
             self._adopt(sniff_body(body) or Dialect.SSE)
@@ -315,8 +329,9 @@ class StreamTap:
         partial = self._reader.finish() if self._reader is not None else 0
         if self.assembler is None and self._blind is None:
             self._adopt(Dialect.SSE)
-        if self.anomalies.get("body_too_large_to_analyse"):
-            self._blind = "body_too_large_to_analyse"  # counted by the reader; nothing was seen
+        for why in UNSEEN:
+            if self.anomalies.get(why):
+                self._blind = why  # counted by the reader; part of the body was not seen
         return partial
 
     def _conclude(self, end: str, http_complete: bool) -> Verdict:

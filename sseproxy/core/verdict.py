@@ -18,6 +18,9 @@ class Dialect(StrEnum):
     VERCEL_UI = "vercel-ui"
     SSE = "sse"
     TEXT = "text"
+    BEDROCK_CONVERSE = "bedrock-converse"
+    BEDROCK_INVOKE = "bedrock-invoke"
+    COHERE_CHAT = "cohere-chat"
 
 
 class State(StrEnum):

@@ -10,6 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, Usage, Verdict
+from sseproxy.core.dialects.azure import FILTER_ANOMALIES
+from sseproxy.core.eventstream import Corruption
 from sseproxy.metrics import ANOMALIES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 
@@ -18,6 +20,8 @@ CORE = Path(__file__).resolve().parents[2] / "sseproxy" / "core"
 DYNAMIC_KEYS = {
     'ptype.replace("-", "_")': ("tool_input_error", "tool_output_error"),
     "why": (),  # _go_blind(why): its literal arguments are collected below
+    "str(decoder.corrupt)": tuple(str(c) for c in Corruption),  # the event stream's faults
+    "filter_anomaly": FILTER_ANOMALIES,  # Azure's content-filter annotations
 }
 
 

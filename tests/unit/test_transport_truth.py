@@ -4,7 +4,9 @@ known keeps the outcome; formats without a terminal signal are never `completed`
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, with_transport
+from sseproxy.core.eventstream import event
 from sseproxy.core.request import RequestFacts, request_facts
 from sseproxy.replay import ReplayOptions, replay
 from tests.streams import chat_chunk, ndjson, sse, verdict_of
@@ -94,7 +97,54 @@ OLLAMA = Case(
     "completed",
 )
 PLAIN = Case(Dialect.SSE, sse("a", "b"), b"", "unconfirmed")
+
+
+def aws(kind: str, **payload: Any) -> bytes:
+    return event(kind, json.dumps(payload).encode())
+
+
+def invoke_chunk(kind: str, **fields: Any) -> bytes:
+    inner = json.dumps({"type": kind, **fields}).encode()
+    return aws("chunk", bytes=base64.b64encode(inner).decode())
+
+
+BEDROCK_CONVERSE = Case(
+    Dialect.BEDROCK_CONVERSE,
+    aws("messageStart", role="assistant")
+    + aws("contentBlockDelta", contentBlockIndex=0, delta={"text": "Hi"})
+    + aws("contentBlockStop", contentBlockIndex=0),
+    aws("messageStop", stopReason="end_turn") + aws("metadata", usage={"outputTokens": 1}),
+    "completed",
+)
+BEDROCK_INVOKE = Case(
+    Dialect.BEDROCK_INVOKE,
+    invoke_chunk("message_start", message={"id": "m", "usage": {}})
+    + invoke_chunk("content_block_start", index=0, content_block={"type": "text", "text": ""})
+    + invoke_chunk("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"})
+    + invoke_chunk("content_block_stop", index=0)
+    + invoke_chunk("message_delta", delta={"stop_reason": "end_turn"}),
+    invoke_chunk("message_stop"),
+    "completed",
+)
+COHERE = Case(
+    Dialect.COHERE_CHAT,
+    sse(
+        ("message-start", {"type": "message-start", "id": "c"}),
+        (
+            "content-delta",
+            {
+                "type": "content-delta",
+                "index": 0,
+                "delta": {"message": {"content": {"text": "Hi"}}},
+            },
+        ),
+        ("content-end", {"type": "content-end", "index": 0}),
+    ),
+    sse(("message-end", {"type": "message-end", "delta": {"finish_reason": "COMPLETE"}})),
+    "completed",
+)
 CASES = [CHAT, RESPONSES, ANTHROPIC, GEMINI, VERCEL, OLLAMA, PLAIN]
+CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE]
 WITH_MARKER = [c for c in CASES if c.marker]
 
 
@@ -149,7 +199,7 @@ def test_chat_without_done_is_completed_only_when_the_body_ended_cleanly() -> No
     assert cut.state == "interrupted"
 
 
-@pytest.mark.parametrize("case", [CHAT, ANTHROPIC, GEMINI, VERCEL], ids=ids)
+@pytest.mark.parametrize("case", [CHAT, ANTHROPIC, GEMINI, VERCEL, BEDROCK_INVOKE], ids=ids)
 def test_client_leaving_after_the_outcome_is_known_keeps_it(case: Case) -> None:
     """LiteLLM's SDK closes right after Anthropic's `message_delta`: not a cancellation.
     (Responses and Ollama announce the outcome in their end marker itself.)"""
@@ -161,9 +211,12 @@ def test_client_leaving_after_the_outcome_is_known_keeps_it(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=ids)
 def test_client_leaving_before_the_outcome_is_cancelled(case: Case) -> None:
-    first_event = case.decided[: case.decided.index(b"\n") + 1]
-    if not first_event.endswith(b"}\n"):  # SSE: keep the whole first event
-        first_event = case.decided[: case.decided.index(b"\n\n") + 2]
+    if case.decided[:1] == b"\x00":  # an AWS event stream: the first message, by its length
+        first_event = case.decided[: int.from_bytes(case.decided[:4], "big")]
+    else:
+        first_event = case.decided[: case.decided.index(b"\n") + 1]
+        if not first_event.endswith(b"}\n"):  # SSE: keep the whole first event
+            first_event = case.decided[: case.decided.index(b"\n\n") + 2]
     v = verdict_of(first_event, case.dialect, EndReason.CLIENT_DISCONNECTED, http_complete=False)
     v = with_transport(v, 200, EndReason.CLIENT_DISCONNECTED)
     assert v.state == "cancelled"

@@ -11,7 +11,18 @@ from typing import Any
 
 from ..events import SSEEvent
 from ..verdict import Dialect
-from . import anthropic_messages, gemini, ollama, openai_chat, openai_responses, sse, vercel_ui
+from . import (
+    anthropic_messages,
+    bedrock_converse,
+    bedrock_invoke,
+    cohere,
+    gemini,
+    ollama,
+    openai_chat,
+    openai_responses,
+    sse,
+    vercel_ui,
+)
 from .base import Assembler, Outcome, loads
 from .spec import DialectSpec
 
@@ -34,6 +45,9 @@ SPECS: tuple[DialectSpec, ...] = (
     anthropic_messages.SPEC,
     gemini.SPEC,
     ollama.SPEC,
+    bedrock_converse.SPEC,
+    bedrock_invoke.SPEC,
+    cohere.SPEC,
     sse.SSE_SPEC,
     sse.TEXT_SPEC,
 )

@@ -21,6 +21,7 @@ STOP_REASONS = {
     "model_context_window_exceeded": (State.INCOMPLETE, FinishCategory.LENGTH),
     "refusal": (State.INCOMPLETE, FinishCategory.REFUSAL),
     "pause_turn": (State.INCOMPLETE, FinishCategory.PAUSE),
+    "compaction": (State.INCOMPLETE, FinishCategory.PAUSE),  # paused after compacting: continue
 }
 SERVER_TOOL_BLOCKS = {"server_tool_use", "mcp_tool_use"}
 USAGE_FIELDS = (
@@ -109,6 +110,8 @@ class AnthropicMessagesAssembler(Assembler):
         self.blocks[index] = btype if isinstance(btype, str) else "unknown"
         if btype == "text":
             self.add_text((0, index), block.get("text"))
+        elif btype == "compaction":
+            self.add_text((0, index), block.get("content"))
         elif btype == "thinking":
             self.add_reasoning((0, index), block.get("thinking"))
         elif btype == "redacted_thinking":
@@ -141,6 +144,8 @@ class AnthropicMessagesAssembler(Assembler):
                 self.content_deltas += 1  # server tool input: progress, not a client call
         elif dtype == "thinking_delta":
             self.add_reasoning((0, index), delta.get("thinking"))
+        elif dtype == "compaction_delta":
+            self.add_text((0, index), delta.get("content"))  # the summary clients show
         elif dtype not in ("signature_delta", "citations_delta"):
             self.anomalies["unknown_delta_type"] += 1
 

@@ -26,6 +26,11 @@ CATEGORY = {
     "IMAGE_SAFETY": FinishCategory.CONTENT_FILTER,
     "IMAGE_PROHIBITED_CONTENT": FinishCategory.CONTENT_FILTER,
     "IMAGE_RECITATION": FinishCategory.CONTENT_FILTER,
+    # google-genai 1.x additions (the rest, e.g. MALFORMED_FUNCTION_CALL, are `other`).
+    "MODEL_ARMOR": FinishCategory.CONTENT_FILTER,
+    "ESCALATION": FinishCategory.CONTENT_FILTER,
+    "PUP_LIMITED_DISABLED": FinishCategory.CONTENT_FILTER,
+    "CONTINUATION": FinishCategory.PAUSE,  # the token limit of one request: continue it
 }
 _PATH_TOKEN = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
 # A `partialArgs` path is at most this deep: real arguments nest a few levels, and the

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
+from .azure import filter_anomalies, is_annotation
 from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
 from .fastpath import PlainShape, is_plain_delta
 from .spec import DialectSpec, Drills, done_marker, generic_error
@@ -85,6 +86,8 @@ class OpenAIChatAssembler(Assembler):
         usage = obj.get("usage") or dig(obj, "x_groq", "usage")
         if isinstance(usage, dict):
             self.usage = chat_usage(usage)
+        for filter_anomaly in filter_anomalies(obj):
+            self.anomalies[filter_anomaly] += 1
         choices = obj.get("choices")
         if not isinstance(choices, list):
             return
@@ -104,7 +107,7 @@ class OpenAIChatAssembler(Assembler):
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             previous = self.finish[index]
-            if previous is not None:
+            if previous is not None and not (previous == reason and is_annotation(choice)):
                 self.anomalies["repeated_finish_reason"] += 1
             self.finish[index] = reason
             for key, call in self.tool_calls.items():

@@ -1,0 +1,184 @@
+"""Every dialect knows its provider's current vocabulary: each event, delta, block and finish
+reason that the installed official SDK declares is fed to the assembler, and none may come
+out as `unknown_*`. When an SDK upgrade adds a type, this fails and names it.
+
+The SDK versions these checks ran against are recorded in docs/DIALECTS.md."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sseproxy.core import Dialect
+from sseproxy.core.dialects import bedrock_converse, cohere, gemini, openai_chat
+from tests.streams import sse, verdict_of
+
+
+def literals(annotation: Any) -> set[str]:
+    """Every string Literal inside a type annotation (unions, Optionals, Annotated)."""
+    out: set[str] = set()
+    if typing.get_origin(annotation) is typing.Literal:
+        return {a for a in typing.get_args(annotation) if isinstance(a, str)}
+    for arg in typing.get_args(annotation):
+        out |= literals(arg)
+    return out
+
+
+def type_literals(union: Any) -> set[str]:
+    """The `type` discriminator values of a pydantic model union."""
+    out: set[str] = set()
+    for model in typing.get_args(
+        typing.get_args(union)[0] if typing.get_origin(union) is typing.Annotated else union
+    ):
+        field = model.model_fields.get("type")
+        if field is not None:
+            out |= literals(field.annotation)
+    return out
+
+
+# -- Anthropic Messages (anthropic-python, beta unions: the superset) -------------------------
+
+
+def anthropic_types() -> tuple[set[str], set[str], set[str], set[str]]:
+    from anthropic.types.beta import (
+        BetaContentBlock,
+        BetaRawContentBlockDelta,
+        BetaRawMessageStreamEvent,
+        BetaStopReason,
+    )
+
+    return (
+        type_literals(BetaRawMessageStreamEvent),
+        type_literals(BetaRawContentBlockDelta),
+        type_literals(BetaContentBlock),
+        literals(BetaStopReason),
+    )
+
+
+def test_anthropic_sdk_unions_are_what_we_expect() -> None:
+    events, deltas, blocks, reasons = anthropic_types()
+    assert "compaction_delta" in deltas and "compaction" in blocks and "compaction" in reasons
+    assert "message_stop" in events
+
+
+def anthropic_stream(block: str, delta: dict[str, Any], stop: str = "end_turn") -> bytes:
+    return sse(
+        ("message_start", {"type": "message_start", "message": {"id": "m", "usage": {}}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": block}},
+        ),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop}}),
+        ("message_stop", {"type": "message_stop"}),
+    )
+
+
+@pytest.mark.parametrize("delta_type", sorted(anthropic_types()[1]))
+def test_every_anthropic_delta_type_is_known(delta_type: str) -> None:
+    v = verdict_of(anthropic_stream("text", {"type": delta_type}), Dialect.ANTHROPIC_MESSAGES)
+    assert not {k for k in v.anomalies if k.startswith("unknown")}
+
+
+@pytest.mark.parametrize("reason", sorted(anthropic_types()[3]))
+def test_every_anthropic_stop_reason_is_known(reason: str) -> None:
+    v = verdict_of(
+        anthropic_stream("text", {"type": "text_delta", "text": "a"}, reason),
+        Dialect.ANTHROPIC_MESSAGES,
+    )
+    assert "unknown_finish_reason" not in v.anomalies
+
+
+def test_compaction_delta_is_counted_as_text() -> None:
+    """Context compaction: the summary streams as `compaction_delta` and is shown by clients."""
+    delta = {"type": "compaction_delta", "content": "Summary so far."}
+    v = verdict_of(anthropic_stream("compaction", delta, "compaction"), Dialect.ANTHROPIC_MESSAGES)
+    assert (v.text_chars, v.anomalies) == (len("Summary so far."), {})
+    assert (v.state, v.finish_category) == ("incomplete", "pause")
+
+
+# -- OpenAI Responses (openai-python ResponseStreamEvent) ---------------------------------------
+
+
+def responses_event_types() -> set[str]:
+    from openai.types.responses import ResponseStreamEvent
+
+    return type_literals(ResponseStreamEvent)
+
+
+@pytest.mark.parametrize("event_type", sorted(responses_event_types()))
+def test_every_responses_event_type_is_known(event_type: str) -> None:
+    v = verdict_of(sse((event_type, {"type": event_type})), Dialect.OPENAI_RESPONSES)
+    assert "unknown_event_type" not in v.anomalies
+
+
+# -- OpenAI Chat (finish reasons of ChatCompletionChunk) ---------------------------------------
+
+
+def test_every_chat_finish_reason_is_known() -> None:
+    from openai.types.chat.chat_completion_chunk import Choice
+
+    reasons = literals(Choice.model_fields["finish_reason"].annotation)
+    assert reasons and reasons <= set(openai_chat.NATURAL) | set(openai_chat.CUT_SHORT)
+
+
+# -- Gemini (google-genai FinishReason) ---------------------------------------------------------
+
+
+def test_every_gemini_finish_reason_has_a_category() -> None:
+    from google.genai import types
+
+    reasons = {r.value for r in types.FinishReason} - {"FINISH_REASON_UNSPECIFIED"}
+    # Unusable or unexplained output: `incomplete` with category `other`, on purpose.
+    other = {
+        "OTHER",
+        "LANGUAGE",
+        "MALFORMED_FUNCTION_CALL",
+        "MALFORMED_RESPONSE",
+        "UNEXPECTED_TOOL_CALL",
+        "TOO_MANY_TOOL_CALLS",
+        "MISSING_THOUGHT_SIGNATURE",
+        "IMAGE_OTHER",
+        "NO_IMAGE",
+    }
+    assert reasons - set(gemini.CATEGORY) == other
+
+
+# -- Cohere v2 (cohere-python V2ChatStreamResponse, ChatFinishReason) ---------------------------
+
+
+def test_every_cohere_event_and_finish_reason_is_known() -> None:
+    from cohere.types import ChatFinishReason
+    from cohere.v2.types import V2ChatStreamResponse
+
+    assert type_literals(V2ChatStreamResponse) == cohere.COHERE_EVENTS
+    assert literals(ChatFinishReason) == set(cohere.FINISH_REASONS)
+
+
+# -- Bedrock ConverseStream (botocore's bedrock-runtime service model) --------------------------
+
+
+def bedrock_shapes() -> dict[str, Any]:
+    import botocore
+
+    root = Path(botocore.__file__).parent / "data" / "bedrock-runtime"
+    [model] = sorted(root.glob("*/service-2.json*"))
+    opener = gzip.open if model.suffix == ".gz" else open
+    with opener(model, "rt") as f:
+        shapes: dict[str, Any] = json.load(f)["shapes"]
+    return shapes
+
+
+def test_every_converse_event_delta_and_stop_reason_is_known() -> None:
+    shapes = bedrock_shapes()
+    members = set(shapes["ConverseStreamOutput"]["members"])
+    events = {m for m in members if not m.endswith("Exception")}
+    assert events == bedrock_converse.CONVERSE_EVENTS
+    assert set(shapes["ContentBlockDelta"]["members"]) == bedrock_converse.KNOWN_DELTAS
+    assert set(shapes["StopReason"]["enum"]) == set(bedrock_converse.STOP_REASONS)
