@@ -27,6 +27,8 @@ RING_SIZE = 200
 # bounded for very long ones.
 TIMELINE_POINTS = 4000
 # Spans when writes to the client waited (back-pressure) kept per stream.
+# Waits closer than this are one span on the timeline (the writes between them took no time).
+WAIT_JOIN_S = 0.01
 WAIT_SPANS = 1000
 # Assembled text shown per stream with --keep-content.
 CONTENT_CHARS = 64 * 1024
@@ -92,8 +94,13 @@ class StreamView:
     def client_wait(self, began: float, ended: float) -> None:
         """A write to the client waited from `began` to `ended` (monotonic clock): the client
         was not reading. Shown beside the upstream chunks; bounded per stream."""
-        if len(self.client_waits) < WAIT_SPANS and ended > began:
-            self.client_waits.append((began, ended))
+        waits = self.client_waits
+        if ended <= began:
+            return
+        if waits and began - waits[-1][1] < WAIT_JOIN_S:
+            waits[-1] = (waits[-1][0], ended)  # one blocked stretch, written chunk by chunk
+        elif len(waits) < WAIT_SPANS:
+            waits.append((began, ended))
 
     def detail(self) -> dict[str, Any]:
         def ms(t: float) -> float:

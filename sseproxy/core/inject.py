@@ -286,6 +286,9 @@ class Injector:
     rules: tuple[Rule, ...]
     dialect: Dialect | None = None
     ndjson: bool = False
+    # The body's framing when the response declared it (the Content-Type), else the dialect's:
+    # a binary event stream must never be split as text lines, even for an unknown dialect.
+    framing: Framing | None = None
     events_sent: int = 0
     done: bool = False
     next_sequence: int = 0  # of a Responses stream, for an injected error event
@@ -293,7 +296,7 @@ class Injector:
     _first_write: bool = True
 
     def __post_init__(self) -> None:
-        framing = spec_for(self.dialect).framing
+        framing = self.framing or spec_for(self.dialect).framing
         if framing is Framing.EVENTSTREAM:
             self._raw = RawMessages()
         else:

@@ -197,6 +197,10 @@ def build(
         fields.update(progress.delivery.fields(broken))
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
+    if progress.span is not None:  # OpenTelemetry is on: logs and traces join on these
+        from ..tracing import log_ids
+
+        fields.update(log_ids(progress.span))
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
         fields["no_body_expected"] = True
     # Once: every sink gets only this, redacted and serialisable as JSON.

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 from aiohttp import web
@@ -19,11 +19,14 @@ from ..capture import redact_headers
 from ..config import Settings
 from ..core import Dialect, EndReason, TapOptions
 from ..core.dialects import detect
+from ..core.events import Framing
 from ..core.inject import Close as InjectClose
 from ..core.inject import Injector
+from ..core.inject import KeepAlive as InjectKeepAlive
 from ..core.inject import Pause as InjectPause
 from ..core.inject import Write as InjectWrite
 from ..core.pacing import Pacing
+from ..core.readers import framing_for
 from ..delivery import ClientDelivery, ContentWatch
 from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import INJECT_HEADER, Refused, via_entry
@@ -35,6 +38,10 @@ if TYPE_CHECKING:
     from .app import Exchange, ProxyState
 
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
+# The keepalive-stall drill sends keep-alives for at most this long (as `sseproxy mock` does).
+MAX_KEEPALIVE_STALL_S = 3600
+# Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
+STREAM_FRAMINGS = {Framing.SSE, Framing.NDJSON, Framing.EVENTSTREAM}
 UPSTREAM_REQUEST_ID_HEADERS = (
     "x-request-id",
     "request-id",
@@ -204,8 +211,8 @@ async def respond(
     transform: Identity | Drill = Identity()
     if x.facts.inject_rules:
         assert p.tap is not None
-        ndjson = "ndjson" in (p.content_type or "").lower()
-        transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, ndjson=ndjson))
+        framing = framing_for(p.content_type)
+        transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, framing=framing))
     try:
         with CLIENT_IO:
             await response.prepare(request)
@@ -237,7 +244,8 @@ async def relay(
     tap, timings, pacing, capture = p.tap, p.timings, p.pacing, p.capture
     assert tap is not None and p.view is not None and pacing is not None
     assert p.delivery is not None
-    timeline, read, write = p.view.timeline, upstream.content.readany, p.delivery.write
+    view, delivery = p.view, p.delivery
+    timeline, read, write = view.timeline, upstream.content.readany, delivery.write
 
     def account(arrived: float, now: float, size: int, deltas: int) -> None:
         timings.chunk(arrived, now, deltas)
@@ -247,6 +255,22 @@ async def relay(
         if len(timeline) < TIMELINE_POINTS:
             timeline.append((now, size, deltas))
 
+    async def emit(out: bytes, arrived: float) -> float:
+        """Write one piece to the client, then account for it; returns when it was written."""
+        try:
+            with CLIENT_IO:
+                await write(out)
+        finally:  # counted even when the write failed: these bytes did arrive
+            now = time.monotonic()
+            account(arrived, now, len(out), tap.feed(out))
+        if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
+            view.client_wait(now - delivery.last_wait, now)
+        while tap.backlog:  # a compressed body is analysed in slices; others run between
+            await asyncio.sleep(0)
+            if deltas := tap.pump():
+                account(now, now, 0, deltas)
+        return now
+
     while True:
         with UPSTREAM_IO:
             chunk = await read()
@@ -255,22 +279,32 @@ async def relay(
         if capture is not None and chunk:
             capture.chunk(chunk, arrived)
         for out in transform.feed(chunk) if chunk else transform.finish():
-            if type(out) is not bytes:
+            if type(out) is bytes:
+                arrived = await emit(out, arrived)  # a drill's next write follows this one
+            elif type(out) is InjectKeepAlive:
+                upstream.close()  # content never resumes: stop generation now
+                await keep_alive(out, emit, watch, stalls)
+            else:
                 await perform(out, upstream, settings)
-                continue
-            try:
-                with CLIENT_IO:
-                    await write(out)
-            finally:  # counted even when the write failed: these bytes did arrive
-                now = time.monotonic()
-                account(arrived, now, len(out), tap.feed(out))
-            while tap.backlog:  # a compressed body is analysed in slices; others run between
-                await asyncio.sleep(0)
-                if deltas := tap.pump():
-                    account(now, now, 0, deltas)
-            arrived = now  # a drill's next write follows this one
         if not chunk or transform.done:
             return
+
+
+async def keep_alive(
+    step: InjectKeepAlive,
+    emit: Callable[[bytes, float], Awaitable[float]],
+    watch: IdleWatch,
+    stalls: ContentWatch | None,
+) -> NoReturn:
+    """The `keepalive-stall` drill: only keep-alives from now on, as a pinging server whose
+    generator hangs sends them. Ends at `--content-timeout` (cut mode) or the drill's bound."""
+    deadline = time.monotonic() + MAX_KEEPALIVE_STALL_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(step.interval_ms / 1000)
+        if stalls is not None and stalls.expired:
+            raise Ended(EndReason.CONTENT_TIMEOUT, "drill: keep-alives only, no content")
+        watch.last = await emit(step.data, time.monotonic())
+    raise Ended(EndReason.IDLE_TIMEOUT, "drill: the keep-alive stall reached its bound")
 
 
 async def perform(step: Any, upstream: aiohttp.ClientResponse, settings: Settings) -> None:
@@ -299,8 +333,7 @@ def begin(
         dialect = Dialect(settings.dialect)
     dialect = dialect or detect(request.method, request.path, upstream.headers)
     p.content_type = upstream.headers.get("Content-Type")
-    ctype = (p.content_type or "").lower()
-    p.stream = "text/event-stream" in ctype or "ndjson" in ctype
+    p.stream = framing_for(p.content_type) in STREAM_FRAMINGS
     p.tap = open_tap(
         dialect,
         p.content_type,

@@ -202,6 +202,7 @@ async def test_bedrock_converse_stream(upstream, proxy_url, logs, bearer) -> Non
     assert record["usage"]["input_tokens"] == via_proxy["usage"]["inputTokens"]
     assert record["usage"]["output_tokens"] == via_proxy["usage"]["outputTokens"]
     assert record["model"] == MODEL
+    assert record["stream"] is True  # an event stream, whatever its media type
 
 
 async def test_bedrock_converse_exception(upstream, proxy_url, logs, bearer) -> None:

@@ -32,6 +32,10 @@ async def test_a_slow_reading_client_shows_in_client_wait_not_in_max_gap(
     assert record["client_wait_ms"] >= 400  # most of the pause was spent waiting to write
     assert record["max_gap_ms"] < record["client_wait_ms"]  # the upstream was never silent
     assert "events_delivered" not in record  # a whole stream needs no pointer
+    detail = await (await client.get(f"/_sseproxy/streams/{record['request_id']}")).json()
+    waits = detail["client_waits"]
+    waited = sum(w["to_ms"] - w["from_ms"] for w in waits)
+    assert waited >= 400  # the inspector draws the same back-pressure beside the chunks
 
 
 async def test_a_client_leaving_mid_stream_is_told_where_it_left(
@@ -94,3 +98,31 @@ async def test_pacing_figures_reach_the_record(upstream, make_proxy, logs) -> No
     # 10 output tokens over that span (the figures are rounded to a microsecond)
     assert record["output_tokens_per_s"] * burst / 1000 == pytest.approx(10, rel=1e-2)
     assert record["time_to_first_content_ms"] is not None
+
+
+@pytest.mark.parametrize("action", ["log", "cut"])
+async def test_the_keepalive_stall_drill_through_the_proxy(
+    action, upstream, make_proxy, logs
+) -> None:
+    """`x-sseproxy-inject: keepalive-stall=1`: one event, then only keep-alives, until the
+    content timeout cuts (cut) or the client gives up (log)."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(sse(chat_chunk("Hel"), chat_chunk("lo"), "[DONE]"))]))
+    client = await make_proxy(
+        allow_inject=True, content_timeout=0.5, content_stall_action=action, idle_timeout=30
+    )
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "keepalive-stall=1"})
+    if action == "cut":
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+    else:
+        await resp.content.readuntil(KEEP_ALIVE)
+        await resp.content.readuntil(KEEP_ALIVE)  # the second comes after the content timeout
+        resp.close()
+    [record] = await logs.wait(1)
+    assert record["anomalies"]["content_stall"] == 1
+    assert record["comments"] >= (1 if action == "cut" else 2)
+    assert record["text_chars"] == 3  # "Hel": nothing after the first event
+    expected = ("interrupted", "content_timeout") if action == "cut" else ("cancelled", None)
+    reason = record["interruption"]["reason"] if action == "cut" else None
+    assert (record["state"], reason) == expected

@@ -140,6 +140,8 @@ def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
     v.client_wait(v.start + 0.010, v.start + 0.025)
     v.client_wait(v.start + 0.030, v.start + 0.030)  # no wait at all: not a span
     assert v.detail()["client_waits"] == [{"from_ms": 10.0, "to_ms": 25.0}]
+    v.client_wait(v.start + 0.026, v.start + 0.040)  # the same blocked stretch goes on
+    assert v.detail()["client_waits"] == [{"from_ms": 10.0, "to_ms": 40.0}]
     for i in range(WAIT_SPANS):  # one more than the bound, with the first
         v.client_wait(v.start + i, v.start + i + 0.5)
     assert len(v.client_waits) == WAIT_SPANS

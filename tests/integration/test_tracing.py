@@ -259,3 +259,17 @@ def test_output_speed_on_the_span() -> None:
     assert span.attributes["sseproxy.output_tokens_per_s"] == 55.5
     span = finished_span(verdict, {"output_tokens_per_s": None}, None)
     assert "sseproxy.output_tokens_per_s" not in span.attributes
+
+
+async def test_the_record_carries_the_spans_ids(upstream, aiohttp_client, logs) -> None:
+    """Logs and traces join: with OpenTelemetry on, the record names its trace and span."""
+    fake, url = upstream
+    fake.script(PATH, Script([Send(sse(chat("Hi"), chat(finish="stop"), "[DONE]"))]))
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    client = await aiohttp_client(create_app(load(None, {}, {"upstream": url}), tracing=tracing))
+    await (await client.post(PATH, json={}, headers={"traceparent": PARENT})).read()
+    [span] = await spans_of(exporter, tracing, 1)
+    [record] = await logs.wait(1)
+    assert record["trace_id"] == format(span.context.trace_id, "032x") == PARENT[3:35]
+    assert record["span_id"] == format(span.context.span_id, "016x")

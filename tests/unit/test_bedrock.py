@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions
+from sseproxy.core.events import Framing
 from sseproxy.core.eventstream import encode_message, event, exception
 from sseproxy.core.inject import Close, Injector, Write, parse_rules
 from tests.streams import random_split, verdict_of
@@ -602,3 +603,15 @@ def test_arbitrary_messages_give_one_verdict_whatever_the_chunking(
     for piece in random_split(data, seed, largest):
         split.feed(piece)
     assert split.close(http_complete=complete) == whole.close(http_complete=complete)
+
+
+def test_a_declared_event_stream_is_split_by_messages_even_for_an_unknown_dialect() -> None:
+    """`--upstream` with a path no route names: the Content-Type still says event stream, and
+    cutting it as text lines would break the binary framing."""
+    data = text_stream("Hello", "world")
+    unknown = Injector(parse_rules("cut-after=2"), None, framing=Framing.EVENTSTREAM)
+    steps = [*unknown.feed(data), *unknown.finish()]
+    written = b"".join(s.data for s in steps if isinstance(s, Write))
+    known, _ = drill("cut-after=2", data, CONV)
+    assert written == known
+    assert 0 < len(written) < len(data)
