@@ -42,6 +42,19 @@ CONVERSE_EVENTS = {
 KNOWN_DELTAS = {"text", "toolUse", "reasoningContent", "citation", "toolResult", "image"}
 
 
+def on_exception(assembler: Assembler, message: EventMessage) -> bool:
+    """Record an exception or error message on `assembler`; False for an ordinary event."""
+    if message.message_type == "event":
+        return False
+    info = exception_info(message)
+    assembler.last_event = info.type or message.message_type
+    if assembler.error is None:
+        assembler.error = info
+    else:
+        assembler.anomalies["repeated_error"] += 1
+    return True
+
+
 def exception_info(message: EventMessage) -> ErrorInfo:
     """A modelled exception (`:exception-type`, JSON `{"message": ...}`) or an unmodelled
     error (`:error-code`, `:error-message` headers)."""
@@ -106,13 +119,7 @@ class BedrockConverseAssembler(Assembler):
         self.blocks: set[int] = set()
 
     def on_aws_message(self, message: EventMessage) -> None:
-        if message.message_type != "event":
-            info = exception_info(message)
-            self.last_event = info.type or message.message_type
-            if self.error is None:
-                self.error = info
-            else:
-                self.anomalies["repeated_error"] += 1
+        if on_exception(self, message):
             return
         etype = message.event_type or "unknown"
         self.last_event = etype

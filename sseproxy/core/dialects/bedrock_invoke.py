@@ -19,21 +19,12 @@ from typing import Any
 from ..events import Framing, SSEEvent
 from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .anthropic_messages import AnthropicMessagesAssembler
+from .anthropic_messages import EVENTS, AnthropicMessagesAssembler
 from .base import Outcome, as_int, dig
-from .bedrock_converse import exception_info, first_message, injected_exception
+from .bedrock_converse import first_message, injected_exception, on_exception
 from .spec import DialectSpec, Drills
 
-ANTHROPIC_TYPES = {
-    "message_start",
-    "content_block_start",
-    "content_block_delta",
-    "content_block_stop",
-    "message_delta",
-    "message_stop",
-    "ping",
-    "error",
-}
+ANTHROPIC_TYPES = EVENTS | {"ping", "error"}
 METRICS = "amazon-bedrock-invocationMetrics"
 # Generic stop reasons, lower-cased: Llama `stop_reason`, Mistral `outputs[].stop_reason`,
 # Titan `completionReason`, Cohere `finish_reason`, Nova `messageStop.stopReason`, OpenAI-shaped
@@ -103,13 +94,7 @@ class BedrockInvokeAssembler(AnthropicMessagesAssembler):
         self.metrics = False
 
     def on_aws_message(self, message: EventMessage) -> None:
-        if message.message_type != "event":
-            info = exception_info(message)
-            self.last_event = info.type or message.message_type
-            if self.error is None:
-                self.error = info
-            else:
-                self.anomalies["repeated_error"] += 1
+        if on_exception(self, message):
             return
         if message.event_type != "chunk":
             self.last_event = message.event_type or "unknown"
