@@ -52,14 +52,6 @@ async def proxy_url(aiohttp_server, upstream, logs) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
-async def records(logs, n: int = 1) -> list[dict[str, Any]]:
-    for _ in range(300):
-        if len(logs.records()) >= n:
-            break
-        await asyncio.sleep(0.01)
-    return logs.records()
-
-
 def serve(upstream, body: bytes, ctype: str, *, cut: bool = False, status: int = 200) -> None:
     fake, _ = upstream
     chunks: list[Any] = [Send(body[i : i + 29]) for i in range(0, len(body), 29)]
@@ -183,7 +175,7 @@ async def test_bedrock_converse_stream(upstream, proxy_url, logs, bearer) -> Non
     assert seen.path_qs.startswith("/model/anthropic.claude-3-haiku")
     assert seen.path_qs.endswith("/converse-stream")
     assert seen.headers["Authorization"] == f"Bearer {bearer}"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["dialect"], record["state"]) == (
         "bedrock",
         "bedrock-converse",
@@ -215,7 +207,7 @@ async def test_bedrock_converse_exception(upstream, proxy_url, logs, bearer) -> 
     serve(upstream, converse_stream(stop=None, tail=error), EVENTSTREAM)
     result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
     assert result["error"] == "EventStreamError"  # botocore raises on the exception message
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["last_event"]) == ("failed", "modelStreamErrorException")
     assert record["error"]["message"] == "Model produced invalid sequence"
 
@@ -225,7 +217,7 @@ async def test_bedrock_converse_cut_is_interrupted(upstream, proxy_url, logs, be
     serve(upstream, body[: len(body) // 2], EVENTSTREAM, cut=True)
     result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
     assert result["stop"] is None  # the SDK never saw messageStop
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert record["state"] == "interrupted"
     assert record["text_chars"] == len(result["text"])
 
@@ -243,7 +235,7 @@ async def test_bedrock_http_error_body(upstream, proxy_url, logs, bearer) -> Non
     )
     result = await asyncio.to_thread(converse, proxy_url + "/bedrock/us-east-1")
     assert result["error"] == "ThrottlingException"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["status"]) == ("http_error", 429)
     assert record["error"]["message"] == "Too many tokens, please wait before trying again."
 
@@ -317,7 +309,7 @@ async def test_bedrock_invoke_anthropic(upstream, proxy_url, logs, bearer) -> No
     serve(upstream, body, EVENTSTREAM)
     result = await asyncio.to_thread(invoke, proxy_url + "/bedrock/us-east-1")
     assert result["text"] == "Salut à tous" and result["types"][-1] == "message_stop"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["dialect"], record["state"], record["finish_reason"]) == (
         "bedrock-invoke",
         "incomplete",
@@ -398,7 +390,7 @@ async def test_cohere_chat_stream(upstream, proxy_url, logs) -> None:
     via_proxy = await cohere_chat(proxy_url + "/cohere")
     assert via_proxy == direct and via_proxy["text"] == "Hola, qué tal 🙂"
     assert fake.seen[-1].path_qs == "/v2/chat"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["dialect"], record["state"]) == (
         "cohere",
         "cohere-chat",
@@ -417,7 +409,7 @@ async def test_cohere_stream_without_message_end(upstream, proxy_url, logs) -> N
     serve(upstream, cohere_stream(finish=None), "text/event-stream")
     result = await cohere_chat(proxy_url + "/cohere")
     assert result["finish"] is None  # the SDK just ends: only the record tells
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["last_event"]) == ("interrupted", "content-end")
 
 
@@ -458,7 +450,7 @@ async def test_azure_openai_deployment_chat(upstream, documented_proxy_url, logs
     seen = fake.seen[-1]
     assert seen.path_qs == "/openai/deployments/my-gpt/chat/completions?api-version=2024-10-21"
     assert seen.headers["api-key"] == "azure-key"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["dialect"], record["state"]) == (
         "azure",
         "openai-chat",
@@ -485,7 +477,7 @@ async def test_azure_v1_responses(upstream, documented_proxy_url, logs) -> None:
             final = item.response.output_text
     await client.close()
     assert fake.seen[-1].path_qs == "/openai/v1/responses"
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["dialect"], record["state"], record["text_chars"]) == (
         "openai-responses",
         "completed",
@@ -519,7 +511,7 @@ async def test_vertex_paths(
         body = response.content
     assert body == corpus(stream)
     assert fake.seen[-1].path_qs == path
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["dialect"], record["state"]) == ("vertex", dialect, "completed")
 
 
@@ -540,7 +532,7 @@ async def test_bedrock_drill_inject_error(upstream, drill_proxy_url, logs, beare
         converse, drill_proxy_url + "/bedrock/us-east-1", "inject-error=2"
     )
     assert result["error"] == "EventStreamError" and result["stop"] is None
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["last_event"]) == ("failed", "modelStreamErrorException")
     assert record["error"]["message"] == "Model stream error (injected)"
 
@@ -552,7 +544,7 @@ async def test_bedrock_drill_drop_terminal(upstream, drill_proxy_url, logs, bear
     )
     assert result["error"] is None and result["stop"] is None  # boto3 raises nothing
     assert result["usage"] is not None  # metadata still came, without messageStop
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["text_chars"]) == ("interrupted", len(result["text"]))
 
 

@@ -4,9 +4,6 @@ with the record."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
 
 from tests.corpus import file as corpus
@@ -17,14 +14,6 @@ pytestmark = pytest.mark.e2e
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 genai = pytest.importorskip("google.genai")
-
-
-async def records(logs, n: int = 1) -> list[dict[str, Any]]:
-    for _ in range(300):
-        if len(logs.records()) >= n:
-            break
-        await asyncio.sleep(0.01)
-    return logs.records()
 
 
 def serve(upstream, body: bytes, status: int = 200, ctype: str = "text/event-stream") -> None:
@@ -56,7 +45,7 @@ async def test_openai_chat(upstream, proxy_url, logs) -> None:
     direct = await openai_chat_text(fake_url + "/v1")
     via_proxy = await openai_chat_text(proxy_url + "/v1")
     assert via_proxy == direct and direct[0]
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["finish_reason"], record["route"]) == (
         "completed",
         direct[1],
@@ -70,7 +59,7 @@ async def test_openai_chat_cut_stream(upstream, proxy_url, logs) -> None:
     serve(upstream, corpus("openai-chat/derived-cut-mid-tool-args.sse"))
     _, finish = await openai_chat_text(proxy_url + "/v1")
     assert finish is None  # the SDK just ends: only the record tells the truth
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert record["state"] == "interrupted"
     assert record["tool_calls"][0]["arguments_valid_json"] is False
 
@@ -80,7 +69,7 @@ async def test_openai_chat_prefixed_provider(upstream, proxy_url, logs) -> None:
     await openai_chat_text(proxy_url + "/deepseek")
     fake, _ = upstream
     assert fake.seen[-1].path_qs == "/chat/completions"  # the prefix is stripped
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["state"]) == ("deepseek", "completed")
     assert record["reasoning_chars"] > 0
 
@@ -97,7 +86,7 @@ async def test_openai_responses(upstream, proxy_url, logs) -> None:
             final = event.response.output_text
     await client.close()
     assert text == final
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["dialect"], record["state"], record["text_chars"]) == (
         "openai-responses",
         "completed",
@@ -114,7 +103,7 @@ async def test_anthropic_messages(upstream, proxy_url, logs) -> None:
         message = await stream.get_final_message()
     await client.close()
     tools = [b for b in message.content if b.type == "tool_use"]
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["finish_reason"], record["route"]) == (
         "completed",
         message.stop_reason,
@@ -173,7 +162,7 @@ async def test_anthropic_overloaded_after_200(upstream, proxy_url, logs) -> None
         async for _ in stream:
             pass
     await client.close()
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["error"]["type"], record["status"]) == (
         "failed",
         "overloaded_error",
@@ -201,7 +190,7 @@ async def test_gemini(upstream, proxy_url, logs) -> None:
     assert via_proxy == direct and direct
     fake, _ = upstream
     assert ":streamGenerateContent" in fake.seen[-1].path_qs
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["route"], record["dialect"], record["state"]) == (
         "gemini",
         "gemini",
@@ -215,7 +204,7 @@ async def test_gemini_http_error(upstream, proxy_url, logs) -> None:
     serve(upstream, corpus("gemini/http-404-json-error-body.sse"), status=404)
     with pytest.raises(genai.errors.ClientError):
         await gemini_text(proxy_url)
-    [record] = await records(logs)
+    [record] = await logs.wait()
     # The code is always a string in the record: one type per field for log pipelines.
     assert (record["state"], record["status"], record["error"]["code"]) == (
         "http_error",

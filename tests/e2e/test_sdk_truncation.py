@@ -10,7 +10,6 @@ from tests.e2e.test_sdk_clients import (
     anthropic,
     gemini_text,
     openai_chat_text,
-    records,
 )
 from tests.integration.fake_upstream import Close, Script, Send
 
@@ -51,7 +50,7 @@ async def test_openai_chat_cut_after_finish_reason(upstream, proxy_url, logs) ->
     with pytest.raises(Exception) as raised:
         await openai_chat_text(proxy_url + "/v1")
     assert_transport_error(raised)
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["http_complete"], record["finish_reason"]) == (
         "interrupted",
         False,
@@ -69,7 +68,7 @@ async def test_anthropic_cut_before_message_stop(upstream, proxy_url, logs) -> N
             await stream.get_final_message()
     await client.close()
     assert_transport_error(raised)
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["http_complete"]) == ("interrupted", False)
     assert record["interruption"]["reason"] == "upstream_closed"
 
@@ -81,7 +80,7 @@ async def test_gemini_cut_with_stop_on_every_chunk(upstream, proxy_url, logs) ->
     with pytest.raises(Exception) as raised:
         await gemini_text(proxy_url)
     assert_transport_error(raised)
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["http_complete"], record["finish_reason"]) == (
         "interrupted",
         False,

@@ -20,14 +20,6 @@ PATH = "/v1/chat/completions"
 STREAM = sse(chat("Grüß"), chat(" Gott"), chat(" 世界"), chat(finish="stop"), "[DONE]")
 
 
-async def records(logs, n=1):
-    for _ in range(300):
-        if len(logs.records()) >= n:
-            break
-        await asyncio.sleep(0.01)
-    return logs.records()
-
-
 async def read_chunks(resp) -> tuple[list[bytes], BaseException | None]:
     chunks = []
     try:
@@ -46,7 +38,7 @@ async def test_rechunk_reaches_the_client_one_byte_at_a_time(upstream, make_prox
     chunks, error = await read_chunks(resp)
     assert error is None and b"".join(chunks) == STREAM
     assert max(len(c) for c in chunks) <= 4  # the client's reads follow the 1-byte writes
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["injected"]) == ("completed", ["rechunk=1", "delay=1"])
     assert "x-sseproxy-inject" not in {k.lower() for k in fake.seen[0].headers}
 
@@ -59,7 +51,7 @@ async def test_cut_after_breaks_the_client_and_says_so(upstream, make_proxy, log
     chunks, error = await read_chunks(resp)
     assert error is not None
     assert b"".join(chunks) == b"".join(e + b"\n\n" for e in STREAM.split(b"\n\n")[:2])
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert (record["state"], record["injected"]) == ("interrupted", ["cut-after=2"])
     assert record["interruption"]["reason"] == "upstream_closed"
     assert record["bytes"] == len(b"".join(chunks))  # the verdict is on what the client got
@@ -73,7 +65,7 @@ async def test_done_after_cut_and_inject_error(upstream, make_proxy, logs) -> No
         resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": rule})
         _, error = await read_chunks(resp)
         assert error is None  # both end the HTTP body cleanly: only the record tells
-        assert (await records(logs, 1))[-1]["state"] == state
+        assert (await logs.wait(1))[-1]["state"] == state
         logs.stream.truncate(0)
         logs.stream.seek(0)
 
@@ -97,7 +89,7 @@ async def test_config_rules_apply_without_a_header(upstream, make_proxy, logs) -
     client = await make_proxy(inject="drop-terminal")
     body = await (await client.post(PATH, json={})).read()
     assert b"[DONE]" not in body and b'finish_reason":"stop' not in body.replace(b" ", b"")
-    [record] = await records(logs)
+    [record] = await logs.wait()
     assert record["injected"] == ["drop-terminal"]
     assert record["state"] == "interrupted"  # what README promises: the terminal never comes
 
@@ -160,5 +152,5 @@ async def test_openai_sdk_through_drills(upstream, make_proxy, logs) -> None:
     except openai.APIError:
         cut = None
     assert cut is None or cut[1] is None  # raised, or ended short with no finish reason
-    last = (await records(logs, 4))[-1]
+    last = (await logs.wait(4))[-1]
     assert (last["state"], last["injected"]) == ("interrupted", ["cut-after=2"])

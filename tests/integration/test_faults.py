@@ -216,10 +216,6 @@ async def fetch(session: aiohttp.ClientSession, url: str) -> tuple[bytes, BaseEx
     return got, None
 
 
-async def records_after(logs, n: int) -> list[dict]:
-    return await logs.wait(n)
-
-
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
 async def test_fault(fault: Fault, raw_upstream, aiohttp_server, logs) -> None:
     settings = load(None, {}, {"upstream": raw_upstream.url, **fault.settings})
@@ -234,7 +230,7 @@ async def test_fault(fault: Fault, raw_upstream, aiohttp_server, logs) -> None:
             got, error = await fetch(session, url)
             assert got == expected_body(fault.script)  # (a) exactly the bytes, up to the fault
             assert (error is not None) == fault.client_error, error
-            record = (await records_after(logs, 2 + 2 * round_))[-1]
+            record = (await logs.wait(2 + 2 * round_))[-1]
             assert record["state"] == fault.state  # (b) one record naming the fault
             if fault.reason:
                 assert record["interruption"]["reason"] == fault.reason
@@ -246,7 +242,7 @@ async def test_fault(fault: Fault, raw_upstream, aiohttp_server, logs) -> None:
             await asyncio.sleep(fault.settle)
             got, error = await fetch(session, url)  # (c) the next request is normal
             assert (got, error) == (HELLO + END, None), got[:300]
-            assert (await records_after(logs, 3 + 2 * round_))[-1]["state"] == "completed"
+            assert (await logs.wait(3 + 2 * round_))[-1]["state"] == "completed"
         await asyncio.sleep(0.05)
         assert len(logs.records()) == 5  # exactly one record per request
         assert open_fds() <= fds + 2  # (d) no sockets or files left behind
@@ -263,7 +259,7 @@ async def test_upstream_refused(aiohttp_server, logs, unused_tcp_port) -> None:
     ):
         assert resp.status == 502
         assert "Connect" in (await resp.json())["error"]["message"]
-    record = (await records_after(logs, 1))[-1]
+    record = (await logs.wait(1))[-1]
     assert (record["state"], record["interruption"]["reason"]) == (
         "http_error",
         "upstream_unreachable",
@@ -314,7 +310,7 @@ async def test_upstream_tls_failure(self_signed, aiohttp_server, logs) -> None:
             assert resp.status == 502
             message = (await resp.json())["error"]["message"]
         assert "certificate" in message.lower() or "ssl" in message.lower()
-        record = (await records_after(logs, 1))[-1]
+        record = (await logs.wait(1))[-1]
         assert (record["state"], record["interruption"]["reason"]) == (
             "http_error",
             "upstream_unreachable",
@@ -331,7 +327,7 @@ async def test_client_reset_mid_stream_closes_upstream(raw_upstream, aiohttp_ser
     await writer.drain()
     await reader.readuntil(b"Hello")
     writer.transport.abort()  # the app dies mid-stream
-    record = (await records_after(logs, 1))[-1]
+    record = (await logs.wait(1))[-1]
     assert (record["state"], record["interruption"]["reason"]) == (
         "cancelled",
         "client_disconnected",
@@ -351,5 +347,5 @@ async def test_slow_client_back_pressure_reaches_the_upstream(upstream, make_pro
     assert not fake.finished[PATH].is_set()  # so the upstream cannot push everything out
     total = 1024 + len(await resp.read())
     assert total == len(block) * 800
-    record = (await records_after(logs, 1))[-1]
+    record = (await logs.wait(1))[-1]
     assert record["bytes"] == total

@@ -28,14 +28,6 @@ def snapshot_of(html: str) -> list[dict]:
     return rows
 
 
-async def wait_records(logs, n):
-    for _ in range(200):
-        if len(logs.records()) >= n:
-            return logs.records()
-        await asyncio.sleep(0.01)
-    return logs.records()
-
-
 async def test_first_paint_carries_the_current_rows(upstream, make_proxy, logs) -> None:
     fake, _ = upstream
     fake.script(PATH, Script([Send(sse(chat_chunk("Hi"))), Close()]))
@@ -44,7 +36,7 @@ async def test_first_paint_carries_the_current_rows(upstream, make_proxy, logs) 
     resp = await client.post(PATH, json={"model": hostile})
     with pytest.raises(aiohttp.ClientPayloadError):  # the cut reaches the client
         await resp.read()
-    [record] = await wait_records(logs, 1)
+    [record] = await logs.wait(1)
     html = await (await client.get("/_sseproxy/")).text()
     [row] = snapshot_of(html)
     assert (row["request_id"], row["state"]) == (record["request_id"], "interrupted")

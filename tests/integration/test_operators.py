@@ -40,14 +40,6 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def wait_records(logs, n):
-    for _ in range(200):
-        if len(logs.records()) >= n:
-            return logs.records()
-        await asyncio.sleep(0.01)
-    return logs.records()
-
-
 async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
     fake, _ = upstream
     fake.script(PATH, Script([Send(COMPLETE)]))
@@ -58,7 +50,7 @@ async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
         await (await client.post(PATH, json={"model": model})).read()
     with pytest.raises(aiohttp.ClientPayloadError):  # the cut reaches the client
         await (await client.post("/v1/messages", json={"model": "claude"})).read()
-    await wait_records(logs, 3)
+    await logs.wait(3)
     text = await (await client.get("/_sseproxy/metrics")).text()
     got = samples(text)
     ok = (
@@ -115,7 +107,7 @@ async def test_a_rare_state_is_visible_to_increase(upstream, make_proxy, logs) -
     before = samples(await (await client.get("/_sseproxy/metrics")).text())
     assert before[key] == 0
     await (await client.post(PATH, json={"model": "m"})).read()
-    await wait_records(logs, 1)
+    await logs.wait(1)
     after = samples(await (await client.get("/_sseproxy/metrics")).text())
     assert after[key] == 1, [k for k, v in after.items() if v and "requests" in k[0]]
 
@@ -153,7 +145,7 @@ async def test_capture_and_replay(upstream, make_proxy, logs, tmp_path: Path) ->
     )
     with pytest.raises(aiohttp.ClientPayloadError):
         await resp.read()
-    [record] = await wait_records(logs, 1)
+    [record] = await logs.wait(1)
     for _ in range(100):
         sidecars = list(tmp_path.glob("*.json"))
         if sidecars:
@@ -180,7 +172,7 @@ async def test_capture_directory_is_capped(upstream, make_proxy, logs, tmp_path:
     client = await make_proxy(capture_dir=str(tmp_path), capture_max_total_bytes=6000)
     for _ in range(10):
         await (await client.post(PATH, json={})).read()
-    await wait_records(logs, 10)
+    await logs.wait(10)
     captures = client.app[STATE].captures
     assert captures is not None
     await captures.drain()  # every capture written (and the directory trimmed) in a thread

@@ -168,20 +168,12 @@ async def test_a_query_smuggled_into_the_path_is_redacted(
     client = await make_proxy(capture_dir=str(tmp_path))
     for target in ("/v1/x%3Fkey=SMUGGLED-SECRET-1", "/v1/x?alt=sse&key=QUERY-SECRET-22"):
         await (await client.get(target)).read()
-    await wait_records(logs, 2)
+    await logs.wait(2)
     paths = [r["path"] for r in logs.records()]
     assert paths == ["/v1/x%3Fkey=[redacted]", "/v1/x?alt=sse&key=[redacted]"]
     await client.app[STATE].captures.drain()
     written = logs.stream.getvalue() + "".join(p.read_text() for p in tmp_path.glob("*.json"))
     assert "SMUGGLED-SECRET-1" not in written and "QUERY-SECRET-22" not in written
-
-
-async def wait_records(logs, n: int) -> list[dict]:
-    for _ in range(500):
-        if len(logs.records()) >= n:
-            return logs.records()
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"fewer than {n} records")
 
 
 # -- values JSON cannot carry (issue 11.7): the record is written, the response ends well -------
@@ -234,7 +226,7 @@ async def test_upstream_userinfo_stays_out_of_the_record(upstream, make_proxy, l
     fake.script("*", Script([Send(b"{}")], headers={"Content-Type": "application/json"}))
     client = await make_proxy(upstream=url.replace("://", "://route-user:route-pa55word@"))
     await (await client.get("/v1/models")).read()
-    [record] = await wait_records(logs, 1)
+    [record] = await logs.wait(1)
     assert record["upstream"] == url.replace("://", "://***@")
     assert "route-pa55word" not in logs.stream.getvalue()
 

@@ -68,15 +68,6 @@ async def raw() -> AsyncIterator[RawUpstream]:
     await up.stop()
 
 
-async def record_after(logs, count: int = 1) -> dict:
-    for _ in range(500):
-        records = logs.records()
-        if len(records) >= count:
-            return records[count - 1]
-        await asyncio.sleep(0.01)
-    raise AssertionError("no record written")
-
-
 async def fetch(client, path: str) -> tuple[bytes, bool]:
     """The body the client read, and whether the client saw the transfer break."""
     got = bytearray()
@@ -104,7 +95,7 @@ async def test_truncated_before_the_end_marker_is_interrupted(
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
     got, broke = await fetch(client, PATHS[case])
     assert (got, broke) == (case.decided, True)  # the client saw exactly this and a break
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     assert (record["state"], record["http_complete"], record["level"]) == (
         "interrupted",
         False,
@@ -121,7 +112,7 @@ async def test_truncated_after_the_end_marker_keeps_the_state(
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
     got, broke = await fetch(client, PATHS[case])
     assert (got, broke) == (case.whole, True)
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     assert (record["state"], record["http_complete"]) == (case.outcome, False)
     assert record["anomalies"]["truncated_after_terminal"] == 1
 
@@ -136,7 +127,7 @@ async def test_a_body_that_ended_by_its_framing_is_http_complete(
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
     got, broke = await fetch(client, PATHS[case])
     assert (got, broke) == (case.whole, False)
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     assert (record["state"], record["http_complete"]) == (case.outcome, True)
 
 
@@ -147,7 +138,7 @@ async def test_idle_timeout_mid_body_is_interrupted(raw, aiohttp_client, logs) -
     client = await aiohttp_client(create_app(settings))
     got, broke = await fetch(client, PATHS[CHAT])
     assert (got, broke) == (CHAT.decided, True)
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     assert (record["state"], record["interruption"]["reason"], record["http_complete"]) == (
         "interrupted",
         "idle_timeout",
@@ -165,7 +156,7 @@ async def test_client_leaving_after_the_stop_reason_keeps_the_outcome(
         got = b""
         while not got.endswith(ANTHROPIC.decided[-40:]):
             got += await response.content.readany()
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     assert (record["state"], record["finish_reason"]) == ("completed", "end_turn")
     assert record["interruption"]["reason"] == "client_disconnected"
     assert record["anomalies"]["client_left_before_end"] == 1
@@ -180,7 +171,7 @@ async def test_a_capture_of_a_truncated_body_replays_as_interrupted(
     settings = load(None, {}, {"upstream": raw.url, "capture_dir": str(tmp_path)})
     client = await aiohttp_client(create_app(settings))
     await fetch(client, PATHS[CHAT])
-    record = await record_after(logs)
+    record = (await logs.wait())[0]
     for _ in range(500):
         sidecars = list(tmp_path.glob("*.json"))
         if sidecars:
