@@ -135,6 +135,16 @@ def test_graceful_shutdown_finishes_quick_streams_and_cuts_slow_ones(tmp_path) -
     )
     bodies: dict[str, bytes | Exception] = {}
 
+    def wait_for_streams(port: int, n: int) -> None:
+        """Until the proxy itself reports `n` streams in flight (its healthz counts them)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_sseproxy/healthz") as resp:
+                if json.loads(resp.read())["active_streams"] >= n:
+                    return
+            time.sleep(0.02)
+        raise AssertionError(f"fewer than {n} streams in flight")
+
     def fetch(name: str) -> None:
         try:
             req = urllib.request.Request(
@@ -156,7 +166,7 @@ def test_graceful_shutdown_finishes_quick_streams_and_cuts_slow_ones(tmp_path) -
         threads = [threading.Thread(target=fetch, args=(n,)) for n in ("quick", "slow")]
         for t in threads:
             t.start()
-        time.sleep(0.3)  # both streams are in flight
+        wait_for_streams(port, 2)  # both streams are in flight
         proxy.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(30)
