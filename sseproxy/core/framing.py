@@ -165,46 +165,50 @@ class SSEDecoder:
         # (Anthropic, Responses). Any other block takes `_block`, field by field.
         pos = self.pos
         blocks = complete.split(b"\n\n")
-        cap = self.max_event_bytes
         # Within the cap no line of a block can be oversized: a line plus the data before it
         # in its block is never longer than the block.
+        cap = self.max_event_bytes
         small = len(complete) <= cap
         # One C-level count tells whether every block is a single line: then no per-block
         # newline search is needed.
         single_lines = small and complete.count(b"\n") == 2 * (len(blocks) - 1)
-        names = self._names
         append = out.append
         event_id = self._id_buf
         emitted = False
         for block in blocks:
             start = pos
             pos += len(block) + 2
-            value: bytes | None = None
             if single_lines:
                 if block[:6] == b"data: ":
                     value = block[6:]
-                name = "message"
+                    try:
+                        text = value.decode()
+                    except UnicodeDecodeError:
+                        text = value.decode("utf-8", "replace")
+                        self.invalid_utf8 += 1
+                    append(_new_event(SSEEvent, ("message", text, event_id, start, value)))
+                    emitted = True
+                    continue
             else:
                 head, _, rest = block.partition(b"\n")
                 if rest[:5] == b"data:" and b"\n" not in rest and (small or len(block) <= cap):
-                    name = names.get(head) or self._event_name(head)
+                    name = self._names.get(head) or self._event_name(head)
                     if name:
                         value = rest[6:] if rest[5:6] == b" " else rest[5:]
-            if value is None:
-                if emitted:
-                    self.last_event_id = event_id
-                self.pos = start
-                self._block(block, start, out)
-                event_id = self._id_buf
-                emitted = False
-                continue
-            try:
-                text = value.decode()
-            except UnicodeDecodeError:
-                text = value.decode("utf-8", "replace")
-                self.invalid_utf8 += 1
-            append(_new_event(SSEEvent, (name, text, event_id, start, value)))
-            emitted = True
+                        try:
+                            text = value.decode()
+                        except UnicodeDecodeError:
+                            text = value.decode("utf-8", "replace")
+                            self.invalid_utf8 += 1
+                        append(_new_event(SSEEvent, (name, text, event_id, start, value)))
+                        emitted = True
+                        continue
+            if emitted:
+                self.last_event_id = event_id
+            self.pos = start
+            self._block(block, start, out)
+            event_id = self._id_buf
+            emitted = False
         if emitted:
             self.last_event_id = event_id
         self.pos = pos
