@@ -15,6 +15,12 @@ from .events import Comment, Frame, Line, SSEEvent
 # `oversized_event` and resynchronise at the next line end, so memory stays bounded.
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
+# The block path remembers the type each `event:` line it has seen decodes to: a stream uses a
+# few dozen names at most (Responses, the richest, ~50), so 64 lines of up to 128 bytes hold
+# them all, while a peer that sends a new name per event costs at most 64 entries per stream.
+EVENT_NAMES_CACHED = 64
+EVENT_NAME_CACHED_BYTES = 128
+
 _BOM = b"\xef\xbb\xbf"
 _new_event = tuple.__new__
 _CR = 13
@@ -79,6 +85,7 @@ class SSEDecoder:
         self._fast = block_path
         self._pending: list[bytes] = []
         self._pending_len = 0
+        self._names: dict[bytes, str] = {}  # `event:` line -> the type it sets (block path)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -153,30 +160,49 @@ class SSEDecoder:
         self._pending = [rest] if rest else []
         self._pending_len = len(rest)
         # The hot loop: locals instead of attributes, tuple.__new__ instead of the NamedTuple
-        # constructor (a Python-level function), and one-line `data:` blocks inlined.
+        # constructor (a Python-level function), and the two shapes LLM APIs send inlined:
+        # a one-line `data: ` block (Chat) and an `event:` line then one `data:` line
+        # (Anthropic, Responses). Any other block takes `_block`, field by field.
         pos = self.pos
         blocks = complete.split(b"\n\n")
+        # Within the cap no line of a block can be oversized: a line plus the data before it
+        # in its block is never longer than the block.
+        cap = self.max_event_bytes
+        small = len(complete) <= cap
         # One C-level count tells whether every block is a single line: then no per-block
-        # newline search is needed. Larger than the cap: a block may be oversized.
-        single_lines = (
-            complete.count(b"\n") == 2 * (len(blocks) - 1) and len(complete) <= self.max_event_bytes
-        )
+        # newline search is needed.
+        single_lines = small and complete.count(b"\n") == 2 * (len(blocks) - 1)
         append = out.append
         event_id = self._id_buf
         emitted = False
         for block in blocks:
             start = pos
             pos += len(block) + 2
-            if single_lines and block[:6] == b"data: ":
-                value = block[6:]
-                try:
-                    text = value.decode()
-                except UnicodeDecodeError:
-                    text = value.decode("utf-8", "replace")
-                    self.invalid_utf8 += 1
-                append(_new_event(SSEEvent, ("message", text, event_id, start, value)))
-                emitted = True
-                continue
+            if single_lines:
+                if block[:6] == b"data: ":
+                    value = block[6:]
+                    try:
+                        text = value.decode()
+                    except UnicodeDecodeError:
+                        text = value.decode("utf-8", "replace")
+                        self.invalid_utf8 += 1
+                    append(_new_event(SSEEvent, ("message", text, event_id, start, value)))
+                    emitted = True
+                    continue
+            else:
+                head, _, rest = block.partition(b"\n")
+                if rest[:5] == b"data:" and b"\n" not in rest and (small or len(block) <= cap):
+                    name = self._names.get(head) or self._event_name(head)
+                    if name:
+                        value = rest[6:] if rest[5:6] == b" " else rest[5:]
+                        try:
+                            text = value.decode()
+                        except UnicodeDecodeError:
+                            text = value.decode("utf-8", "replace")
+                            self.invalid_utf8 += 1
+                        append(_new_event(SSEEvent, (name, text, event_id, start, value)))
+                        emitted = True
+                        continue
             if emitted:
                 self.last_event_id = event_id
             self.pos = start
@@ -187,8 +213,22 @@ class SSEDecoder:
             self.last_event_id = event_id
         self.pos = pos
 
+    def _event_name(self, line: bytes) -> str:
+        """The type an `event:` line sets, remembered while the cache has room; "" when
+        `line` is not an `event:` line or its value is not valid UTF-8 (`_block` counts it)."""
+        if line[:6] != b"event:":
+            return ""
+        raw = line[7:] if line[6:7] == b" " else line[6:]
+        try:
+            name = raw.decode() or "message"
+        except UnicodeDecodeError:
+            return ""
+        if len(self._names) < EVENT_NAMES_CACHED and len(line) <= EVENT_NAME_CACHED_BYTES:
+            self._names[line] = name
+        return name
+
     def _block(self, block: bytes, start: int, out: list[Frame]) -> None:
-        """One complete block of the block path, other than a one-line `data: ` block."""
+        """One complete block of the block path that the hot loop does not inline."""
         if len(block) > self.max_event_bytes:
             # May hold an oversized line: exactly what the line path does, line by line.
             for line in block.split(b"\n"):
@@ -196,38 +236,17 @@ class SSEDecoder:
                 start += len(line) + 1
             self._dispatch(out)
             return
-        # Within the cap no line can be oversized: a line plus the data before it in its
-        # block is never longer than the block.
-        first_nl = block.find(b"\n")
-        if first_nl < 0 and block[:5] == b"data:":
-            self._emit(b"message", block[5:], start, out)
-        elif (
-            block[:6] == b"event:"
-            and block.startswith(b"data:", first_nl + 1)
-            and block.find(b"\n", first_nl + 1) < 0
-        ):
-            self._emit(block[6:first_nl], block[first_nl + 6 :], start, out)
-        else:
-            for line in block.split(b"\n"):
-                self._line(line, start, out)
-                start += len(line) + 1
-            self._dispatch(out)
-
-    def _emit(self, etype: bytes, value: bytes, start: int, out: list[Frame]) -> None:
-        """Dispatch a block of one optional `event:` line and one `data:` line."""
-        if value[:1] == b" ":
-            value = value[1:]
-        if etype[:1] == b" ":
-            etype = etype[1:]
-        data, bad = _decode(value)
-        if etype == b"message" or not etype:
-            name = "message"
-        else:
-            name, bad_type = _decode(etype)
-            bad = bad or bad_type
-        self.invalid_utf8 += bad
-        self.last_event_id = self._id_buf
-        out.append(_new_event(SSEEvent, (name, data, self.last_event_id, start, value)))
+        if block[:5] == b"data:" and b"\n" not in block:
+            value = block[6:] if block[5:6] == b" " else block[5:]
+            data, bad = _decode(value)
+            self.invalid_utf8 += bad
+            self.last_event_id = self._id_buf
+            out.append(_new_event(SSEEvent, ("message", data, self.last_event_id, start, value)))
+            return
+        for line in block.split(b"\n"):
+            self._line(line, start, out)
+            start += len(line) + 1
+        self._dispatch(out)
 
     def _leave_fast_path(self, out: list[Frame]) -> None:
         self._fast = False

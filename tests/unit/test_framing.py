@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sseproxy.core import Comment, LineDecoder, SSEDecoder, SSEEvent
+from sseproxy.core.events import Frame
+from sseproxy.core.framing import EVENT_NAME_CACHED_BYTES, EVENT_NAMES_CACHED
 from tests.data.framing_cases import CASES, Case
 
 
@@ -86,6 +88,68 @@ def test_retained_bytes_stay_under_the_cap_while_a_line_grows() -> None:
         assert decoder.retained_bytes <= 1000
     decoder.feed(b"\n\ndata: after\n\n")
     assert decoder.oversized == 1
+
+
+def test_typed_blocks_are_inlined_and_near_misses_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    generic: list[bytes] = []
+    original = SSEDecoder._block
+
+    def spy(self: SSEDecoder, block: bytes, start: int, out: list[Frame]) -> None:
+        generic.append(block)
+        original(self, block, start, out)
+
+    monkeypatch.setattr(SSEDecoder, "_block", spy)
+    inlined = [
+        b"event: a\ndata: 1",
+        b"event:b\ndata:2",
+        b"event: \ndata: 3",
+        "event: é\ndata:  4".encode(),
+        b"event: message\ndata: 5",
+    ]
+    generic_shapes = [
+        b"data: 6\nevent: c",
+        b"event: d\nevent: e\ndata: 7",
+        b"event: f\nid: 9\ndata: 8",
+        b"event: \xff\ndata: 9",
+    ]
+    frames = SSEDecoder().feed(b"\n\n".join(inlined + generic_shapes) + b"\n\n")
+    assert [(f.type, f.data, f.id) for f in frames if isinstance(f, SSEEvent)] == [
+        ("a", "1", ""),
+        ("b", "2", ""),
+        ("message", "3", ""),
+        ("é", " 4", ""),
+        ("message", "5", ""),
+        ("c", "6", ""),
+        ("e", "7", ""),
+        ("f", "8", "9"),
+        ("\ufffd", "9", "9"),
+    ]
+    assert generic == generic_shapes
+
+
+def test_the_event_name_cache_is_bounded() -> None:
+    decoder = SSEDecoder()
+    names = EVENT_NAMES_CACHED + 1
+    typed = b"".join(b"event: e%d\ndata: %d\n\n" % (i, i) for i in range(names))
+    frames = decoder.feed(typed + typed)  # the second time from the cache, but the last
+    assert [f.type for f in frames] == [f"e{i}" for i in range(names)] * 2
+    assert len(decoder._names) == EVENT_NAMES_CACHED
+    # Only lines up to EVENT_NAME_CACHED_BYTES are remembered.
+    longest = b"event: " + b"x" * (EVENT_NAME_CACHED_BYTES - 7)
+    decoder = SSEDecoder()
+    frames = decoder.feed(longest + b"x\ndata: 1\n\n" + longest + b"\ndata: 2\n\n")
+    assert [len(f.type) for f in frames] == [
+        EVENT_NAME_CACHED_BYTES - 6,
+        EVENT_NAME_CACHED_BYTES - 7,
+    ]
+    assert list(decoder._names) == [longest]
+
+
+def test_invalid_utf8_in_an_event_name_is_counted_per_event() -> None:
+    for block_path in (True, False):
+        decoder, events, _ = run([b"event: \xff\ndata: a\n\n" * 2], block_path)
+        assert [e.type for e in events] == ["\ufffd"] * 2
+        assert decoder.invalid_utf8 == 2
 
 
 def test_feed_after_finish_is_a_caller_bug() -> None:
