@@ -154,3 +154,22 @@ async def test_openai_sdk_through_drills(upstream, make_proxy, logs) -> None:
     assert cut is None or cut[1] is None  # raised, or ended short with no finish reason
     last = (await logs.wait(4))[-1]
     assert (last["state"], last["injected"]) == ("interrupted", ["cut-after=2"])
+
+
+async def test_stall_after_goes_silent_until_the_idle_timeout(upstream, make_proxy, logs) -> None:
+    """`stall-after=1`: the first event, then nothing; the idle timeout ends it, as it would a
+    real stalled upstream, and the upstream request was closed at once (no more generation)."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True, idle_timeout=0.3)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "stall-after=1"})
+    chunks, error = await read_chunks(resp)
+    first_event = STREAM[: STREAM.index(b"\n\n") + 2]
+    assert (b"".join(chunks), error is not None) == (first_event, True)
+    [record] = await logs.wait(1)
+    assert (record["state"], record["interruption"]["reason"]) == ("interrupted", "idle_timeout")
+    assert (record["injected"], record["events"], record["http_complete"]) == (
+        ["stall-after=1"],
+        1,
+        False,
+    )
