@@ -6,6 +6,8 @@ Starts sseproxy (a subprocess, so its RSS is its own) in front of a small upstre
 opens N connections that each send the headers and 1 byte of a 100-byte body and go silent
 (the "body hold"), and 16 clients each sending a 32 MiB body. While they hold, it measures a
 normal request's status, healthz latency (max of probes every 50 ms) and the proxy's RSS.
+Then a gzip bomb: the upstream answers a stream with a ~100 KB gzip body that expands to
+100 MB of SSE events; the same figures are measured while the proxy forwards and analyses it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import aiohttp
@@ -38,9 +41,23 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def gzip_bomb(size: int = 100 * 1024 * 1024) -> bytes:
+    """`size` bytes of tiny SSE events, gzip-compressed (~1000:1)."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = event * (1024 * 1024 // len(event))
+    parts = [compressor.compress(block) for _ in range(size // len(block))]
+    return b"".join([*parts, compressor.flush()])
+
+
 async def upstream_app() -> web.Application:
+    bomb = gzip_bomb()
+
     async def handle(request: web.Request) -> web.Response:
         await request.read()
+        if request.path.endswith("/bomb"):
+            headers = {"Content-Encoding": "gzip", "Content-Type": "text/event-stream"}
+            return web.Response(body=bomb, headers=headers)
         return web.Response(body=ANSWER, content_type="text/event-stream")
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -80,6 +97,28 @@ async def big_bodies(url: str, clients: int, size: int) -> list[int]:
         return list(await asyncio.gather(*(one(session) for _ in range(clients))))
 
 
+async def bomb_figures(url: str, pid: int) -> dict[str, object]:
+    """One client reads the whole bomb through the proxy while healthz is probed."""
+    stop = asyncio.Event()
+    health = asyncio.create_task(probe_healthz(url, stop))
+    rss_before = rss_mb(pid)[0]
+    t0 = time.monotonic()
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        session.post(url + PATH + "/bomb", json={}) as resp,
+    ):
+        received = len(await resp.read())
+    seconds = time.monotonic() - t0
+    stop.set()
+    return {
+        "compressed_bytes": received,
+        "seconds": round(seconds, 2),
+        "healthz_max_ms": round(await health * 1000, 1),
+        "rss_before_mb": rss_before,
+        "rss_after_mb": rss_mb(pid)[0],
+    }
+
+
 async def main(args: argparse.Namespace) -> None:
     runner = web.AppRunner(await upstream_app())
     await runner.setup()
@@ -114,6 +153,7 @@ async def main(args: argparse.Namespace) -> None:
         figures["healthz_max_ms"] = round(await health * 1000, 1)
         for w in writers:
             w.close()
+        figures["gzip_bomb"] = await bomb_figures(url, proc.pid)
         print(json.dumps(figures))
     finally:
         proc.terminate()

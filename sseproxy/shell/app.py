@@ -28,7 +28,7 @@ from . import record as records
 from .admission import Refused, admit
 from .errors import describe
 from .record import Progress, RequestFacts, Timings, proxy_error
-from .relay import REQUEST_ID_HEADER, break_downstream, forward
+from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
 from .upstream import new_session
 
@@ -132,6 +132,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             break_downstream(request)
             return web.Response(status=500)
     finally:
+        await analyse_backlog(x.progress.tap)  # after the client's response has ended
         finish(state, x, settings.content_timeout)
         release(state, x)
 

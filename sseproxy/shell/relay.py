@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ..capture import redact_headers
 from ..config import Settings
-from ..core import Dialect, EndReason, TapOptions
+from ..core import Dialect, EndReason, StreamTap, TapOptions
 from ..core.dialects import detect
 from ..core.events import Framing
 from ..core.inject import Close as InjectClose
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from .app import Exchange, ProxyState
 
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
+# Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of
+# decompressed output, ~5-20 ms): enough to keep up with any real stream's expansion.
+SLICES_PER_WRITE = 8
+# Compressed input left unanalysed beyond this is analysed before the next read (back-pressure
+# on the upstream) rather than held: a bomb's backlog is small, a real stream's never this big.
+MAX_UNANALYSED_BYTES = 4 * 1024 * 1024
 # The keepalive-stall drill sends keep-alives for at most this long (as `sseproxy mock` does).
 MAX_KEEPALIVE_STALL_S = 3600
 # Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
@@ -265,8 +271,15 @@ async def relay(
             account(arrived, now, len(out), tap.feed(out))
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
             view.client_wait(now - delivery.last_wait, now)
-        while tap.backlog:  # a compressed body is analysed in slices; others run between
+        # A compressed body is analysed in slices, other streams running between them; a few
+        # per write keep the analysis close behind the bytes, the rest waits until the
+        # client's response has ended (`analyse_backlog`), so analysis never delays the end.
+        slices = 0
+        while tap.backlog and (
+            slices < SLICES_PER_WRITE or tap.retained_bytes > MAX_UNANALYSED_BYTES
+        ):
             await asyncio.sleep(0)
+            slices += 1
             if deltas := tap.pump():
                 account(now, now, 0, deltas)
         return now
@@ -288,6 +301,16 @@ async def relay(
                 await perform(out, upstream, settings)
         if not chunk or transform.done:
             return
+
+
+async def analyse_backlog(tap: StreamTap | None) -> None:
+    """Analyse what a compressed body still holds, one slice per loop turn, before the verdict
+    (the tap would otherwise do it in one go when closed). A second cancellation (a shutdown
+    cut) stops the waiting; the tap then finishes the rest itself."""
+    with contextlib.suppress(asyncio.CancelledError):
+        while tap is not None and tap.backlog:
+            await asyncio.sleep(0)
+            tap.pump()
 
 
 async def keep_alive(

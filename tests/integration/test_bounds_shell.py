@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 
 from sseproxy.proxy import STATE
 from tests.integration.fake_upstream import Script, Send
@@ -112,3 +113,24 @@ async def test_one_byte_over_the_body_limit_is_413(make_proxy, logs) -> None:
     resp = await client.post(PATH, data=b"x" * 101, chunked=True)  # no Content-Length
     assert resp.status == 413
     assert [r["status"] for r in await logs.wait(2)] == [413, 413]
+
+
+async def test_a_gzip_bomb_never_delays_the_clients_end(upstream, make_proxy, logs) -> None:
+    """A small gzip body that expands to 100 MB: the client gets every compressed byte and the
+    end of its response first; the analysis runs afterwards in slices, under its budget."""
+    fake, _ = upstream
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    block = event * (1024 * 1024 // len(event))
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join([*(compressor.compress(block) for _ in range(100)), compressor.flush()])
+    headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+    pieces = [Send(bomb[i : i + 16384]) for i in range(0, len(bomb), 16384)]
+    fake.script(PATH, Script(pieces, headers=headers))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={}, auto_decompress=False)
+    assert await resp.read() == bomb  # the whole chunked body, its end included
+    assert logs.records() == []  # ... while the analysis of the backlog was still going on
+    [record] = await logs.wait(1)
+    assert (record["state"], record["http_complete"]) == ("unconfirmed", True)
+    assert record["anomalies"]["analysis_budget_exceeded"] == 1
+    assert record["bytes"] == len(bomb)
