@@ -1,0 +1,259 @@
+"""The cheaper per-request paths (verdict dict, log line, metrics, redaction) give exactly what
+the straightforward implementations they replaced gave. Those implementations are kept here,
+verbatim, as the references: the expected values never come from the code under test."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sseproxy.core import (
+    Dialect,
+    EndReason,
+    ErrorInfo,
+    FinishCategory,
+    Interruption,
+    State,
+    StreamTap,
+    ToolCallSummary,
+    Usage,
+    Verdict,
+)
+from sseproxy.metrics import MAX_TOKENS_PER_SECOND, Metrics, token_kinds
+from tests.corpus import body, manifest
+
+# -- Verdict.to_dict ---------------------------------------------------------------------------
+
+
+def old_plain(value: Any) -> Any:
+    """Verdict.to_dict's `_plain` before the direct construction (reference)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: old_plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name != "raw"
+        }
+    if isinstance(value, StrEnum):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): old_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [old_plain(v) for v in value]
+    return value
+
+
+def old_to_dict(verdict: Verdict) -> dict[str, Any]:
+    return {f.name: old_plain(getattr(verdict, f.name)) for f in dataclasses.fields(verdict)}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with the same key order and the same exact types (a StrEnum equals its str)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+text = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(list(EndReason)))
+count = st.one_of(st.none(), st.integers(min_value=-5, max_value=10**20))
+usages = st.builds(
+    Usage,
+    input_tokens=count,
+    output_tokens=count,
+    total_tokens=count,
+    reasoning_tokens=count,
+    cached_tokens=count,
+    raw=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)),
+)
+verdicts = st.builds(
+    Verdict,
+    dialect=st.sampled_from(list(Dialect)),
+    state=st.sampled_from(list(State)),
+    finish_reason=text,
+    finish_category=st.one_of(st.none(), st.sampled_from(list(FinishCategory))),
+    finish_reasons=st.one_of(st.none(), st.tuples(text, text)),
+    last_event=text,
+    last_event_id=text,
+    interruption=st.one_of(st.none(), st.builds(Interruption, text, st.integers())),
+    http_complete=st.booleans(),
+    error=st.one_of(st.none(), st.builds(ErrorInfo, text, text, text)),
+    anomalies=st.one_of(
+        st.dictionaries(st.text(max_size=8), st.integers(), max_size=4),
+        st.dictionaries(st.text(max_size=8), st.integers(), max_size=4).map(Counter),
+        st.dictionaries(st.sampled_from(list(EndReason)), st.integers(), max_size=2),
+    ),
+    bytes=st.integers(min_value=0),
+    events=st.integers(min_value=0),
+    comments=st.integers(min_value=0),
+    text_chars=st.integers(min_value=0),
+    reasoning_chars=st.integers(min_value=0),
+    refusal_chars=st.integers(min_value=0),
+    tool_calls=st.lists(
+        st.builds(ToolCallSummary, text, text, st.integers(), st.booleans()), max_size=3
+    ).map(tuple),
+    server_tool_calls=st.lists(st.text(max_size=6), max_size=2).map(tuple),
+    usage=st.one_of(st.none(), usages),
+    response_id=text,
+    model=text,
+)
+
+
+@given(verdicts)
+def test_to_dict_is_the_reference_dict(verdict: Verdict) -> None:
+    assert same(verdict.to_dict(), old_to_dict(verdict))
+
+
+def test_to_dict_matches_the_reference_on_every_corpus_verdict() -> None:
+    checked = 0
+    for entry in manifest():
+        tap = StreamTap(None)
+        tap.feed(body(entry))
+        for end in (EndReason.END_OF_INPUT, EndReason.UPSTREAM_RESET):
+            verdict = tap.close(end, http_complete=end is EndReason.END_OF_INPUT)
+            assert same(verdict.to_dict(), old_to_dict(verdict)), entry["file"]
+            checked += 1
+    assert checked >= 20
+
+
+def test_to_dict_keeps_usage_raw_out() -> None:
+    usage = Usage(input_tokens=3, output_tokens=4, raw={"prompt_tokens": 3, "odd": [1]})
+    out = Verdict(Dialect.OPENAI_CHAT, State.COMPLETED, usage=usage).to_dict()
+    assert out["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": 4,
+        "total_tokens": None,
+        "reasoning_tokens": None,
+        "cached_tokens": None,
+    }
+    assert out["dialect"] == "openai-chat" and type(out["dialect"]) is str
+
+
+# -- Metrics.observe ---------------------------------------------------------------------------
+
+
+class OldMetrics(Metrics):
+    """Metrics.observe before label children were bound once (reference, verbatim)."""
+
+    def observe(self, verdict: Verdict, status: int | None, fields: Mapping[str, Any]) -> None:
+        dialect = str(verdict.dialect)
+        status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
+        self.requests.labels(
+            self.route_label(fields.get("route")),
+            dialect,
+            str(verdict.state),
+            str(verdict.finish_category or "none"),
+            status_class,
+            self.model_label(fields.get("model")),
+        ).inc()
+        for name, count in verdict.anomalies.items():
+            if isinstance(count, int) and count > 0:
+                self.anomalies.labels(name).inc(count)
+        for histogram, key in (
+            (self.ttfb, "ttfb_ms"),
+            (self.ttft, "ttft_ms"),
+            (self.duration, "duration_ms"),
+            (self.max_gap, "max_gap_ms"),
+        ):
+            value = fields.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if math.isfinite(value) and value >= 0:
+                    histogram.labels(dialect).observe(value / 1000)
+                else:
+                    self.impossible.labels(key).inc()
+        speed = fields.get("output_tokens_per_s")
+        if isinstance(speed, int | float) and not isinstance(speed, bool):
+            if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
+                model = self.model_label(fields.get("model"))
+                self.output_speed.labels(dialect, model).observe(speed)
+            else:
+                self.impossible.labels("output_tokens_per_s").inc()
+        if verdict.bytes >= 0:
+            self.upstream_bytes.labels(dialect).inc(verdict.bytes)
+        else:
+            self.impossible.labels("bytes").inc()
+        if verdict.usage is not None:
+            try:
+                kinds = token_kinds(dialect, verdict.usage)
+            except ValueError:
+                self.impossible.labels("tokens").inc()
+            else:
+                for kind, value in kinds.items():
+                    if value:
+                        self.tokens.labels(dialect, kind).inc(value)
+
+
+latency = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-10, max_value=10**7),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+)
+record_fields = st.fixed_dictionaries(
+    {
+        "route": st.sampled_from([None, "openai", "anthropic", "unknown", 7]),
+        "model": st.sampled_from([None, "gpt-4o-mini", "claude-sonnet-4-5", "other-model"]),
+        "ttfb_ms": latency,
+        "ttft_ms": latency,
+        "duration_ms": latency,
+        "max_gap_ms": latency,
+        "output_tokens_per_s": latency,
+    }
+)
+observed = st.tuples(
+    verdicts.map(
+        lambda v: v.replace(
+            anomalies={k: n for k, n in v.anomalies.items() if k},  # label values are non-empty
+            bytes=v.bytes if v.bytes % 7 else -v.bytes - 1,
+        )
+    ),
+    st.one_of(st.none(), st.integers(min_value=-1, max_value=999)),
+    record_fields,
+)
+
+
+@settings(max_examples=40)  # two registries of ~10,000 series per example
+@given(st.lists(observed, min_size=1, max_size=6))
+def test_observe_gives_the_reference_exposition(requests: list[Any]) -> None:
+    def exposition(metrics: Metrics) -> bytes:
+        for verdict, status, fields in requests:
+            metrics.observe(verdict, status, fields)
+        lines = metrics.exposition().split(b"\n")  # a label value may hold a \r
+        return b"\n".join(line for line in lines if b"_created" not in line)  # a clock
+
+    models, routes = ("gpt-4o-mini",), ("openai",)  # few series: a fast exposition
+    new = exposition(Metrics(models, routes, process=False))
+    old = exposition(OldMetrics(models, routes, process=False))
+    assert new == old
+    assert b"sseproxy_requests_total" in new
+
+
+def test_observe_counts_through_the_cached_children_every_time() -> None:
+    metrics = Metrics(("m",), ("r",), process=False)
+    verdict = Verdict(
+        Dialect.OPENAI_CHAT,
+        State.COMPLETED,
+        finish_category=FinishCategory.STOP,
+        bytes=10,
+        anomalies={"x": 2},
+    )
+    for _ in range(3):
+        metrics.observe(verdict, 200, {"route": "r", "model": "m", "ttfb_ms": 20})
+    text = metrics.exposition().decode()
+    assert (
+        'sseproxy_requests_total{dialect="openai-chat",finish_category="stop",model="m",'
+        'route="r",state="completed",status_class="2xx"} 3.0'
+    ) in text
+    assert 'sseproxy_anomalies_total{anomaly="x"} 6.0' in text
+    assert 'sseproxy_upstream_bytes_total{dialect="openai-chat"} 30.0' in text
+    assert 'sseproxy_ttfb_seconds_bucket{dialect="openai-chat",le="0.025"} 3.0' in text
