@@ -5,15 +5,26 @@ verbatim, as the references: the expected values never come from the code under 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
+import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
+import orjson
+import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
+from bench.record_cost import CASES, exchange
+from sseproxy import log
+from sseproxy.config import Route
 from sseproxy.core import (
     Dialect,
     EndReason,
@@ -26,7 +37,10 @@ from sseproxy.core import (
     Usage,
     Verdict,
 )
+from sseproxy.log import json_ready
 from sseproxy.metrics import MAX_TOKENS_PER_SECOND, Metrics, token_kinds
+from sseproxy.redact import SECRET_KEYS, Secrets
+from sseproxy.shell import record as records
 from tests.corpus import body, manifest
 
 # -- Verdict.to_dict ---------------------------------------------------------------------------
@@ -257,3 +271,204 @@ def test_observe_counts_through_the_cached_children_every_time() -> None:
     assert 'sseproxy_anomalies_total{anomaly="x"} 6.0' in text
     assert 'sseproxy_upstream_bytes_total{dialect="openai-chat"} 30.0' in text
     assert 'sseproxy_ttfb_seconds_bucket{dialect="openai-chat",le="0.025"} 3.0' in text
+
+
+# -- the request.finished log line -------------------------------------------------------------
+
+KEY = "sk-proj-" + "Zz9Yy8Xx7Ww6Vv5Uu4"
+STAMP = re.compile(r'^\{"timestamp":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z",')
+
+
+def chain_line(record: Mapping[str, Any], level: int) -> str:
+    """The line the processor chain writes for a record (the sink's call before)."""
+    stream = io.StringIO()
+    log.configure("json", "debug", stream, cache=False)
+    structlog.get_logger("sseproxy").log(level, "request.finished", **record)
+    return stream.getvalue()
+
+
+def direct_line(record: Mapping[str, Any], level: int) -> str:
+    stream = io.StringIO()
+    log.configure("json", "debug", stream, cache=False)
+    log.request_finished(record, level)
+    return stream.getvalue()
+
+
+def unstamped(line: str) -> str:
+    assert STAMP.match(line), line
+    return STAMP.sub('{"timestamp":"T",', line)
+
+
+def built_records() -> list[Mapping[str, Any]]:
+    """Records as record.build makes them, some with credentials to redact."""
+    route = Route("r", ("/v1/*",), "https://***@up.example", URL("https://up.example"))
+    cases = [
+        ({}, "/v1/chat/completions", Verdict(Dialect.OPENAI_CHAT, State.COMPLETED)),
+        (
+            {"authorization": f"Bearer {KEY}"},
+            f"/v1/x?key={KEY}&q=1",
+            Verdict(
+                Dialect.ANTHROPIC_MESSAGES,
+                State.HTTP_ERROR,
+                error=ErrorInfo("auth", "401", f"bad key {KEY} and sk-ant-{'q' * 20}"),
+                anomalies={"json_decode_error": 1},
+                interruption=Interruption(EndReason.UPSTREAM_RESET, 3),
+            ),
+        ),
+        (
+            {"x-api-key": "short"},
+            "/v1/messages",
+            Verdict(
+                Dialect.GEMINI,
+                State.INTERRUPTED,
+                last_event="Bearer abcdefghijkl",
+                response_id="https://user:pw@host/x",
+                tool_calls=(ToolCallSummary("c\ud800", "f\x00", 3, False),),
+                usage=Usage(1, 2, 3, raw={"authorization": "x"}),
+            ),
+        ),
+    ]
+    out = []
+    for headers, target, verdict in cases:
+        secrets = Secrets.from_request(headers, target, b"")
+        facts = records.RequestFacts(
+            "id1", "POST", secrets.redact_target(target), 1.0, 0.0, route=route, secrets=secrets
+        )
+        progress = records.Progress(records.Timings(0.0), status=200)
+        out.append(records.build(facts, progress, verdict))
+        out.append(records.fallback(facts, progress, ValueError(f"boom {KEY}")))
+    return out
+
+
+def test_direct_line_is_the_chain_line_for_built_records() -> None:
+    for record in built_records():
+        for level in (logging.INFO, logging.WARNING, logging.ERROR):
+            assert unstamped(direct_line(record, level)) == unstamped(chain_line(record, level))
+    assert KEY not in "".join(direct_line(r, logging.INFO) for r in built_records())
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20)),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+secret_texts = st.sampled_from(["", KEY, f"Bearer {KEY}", "https://u:p@h", "api_key", "key"])
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8).filter(lambda k: k not in ("timestamp", "level", "event")),
+        json_values | secret_texts,
+        max_size=6,
+    ),
+    st.sampled_from([(), (KEY,), ("another-secret-value",)]),
+)
+def test_direct_line_is_the_chain_line_for_redacted_records(
+    fields: dict[str, Any], values: tuple[str, ...]
+) -> None:
+    record = MappingProxyType(json_ready(Secrets(values).redact({"state": "completed", **fields})))
+    assert unstamped(direct_line(record, logging.INFO)) == unstamped(
+        chain_line(record, logging.INFO)
+    )
+
+
+def test_other_cases_take_the_chain() -> None:
+    record = built_records()[2]  # the 401 as record.build makes it
+    stream = io.StringIO()
+    log.configure("json", "error", stream, cache=False)
+    log.request_finished(record, logging.WARNING)  # below the level: not written
+    assert stream.getvalue() == ""
+    log.request_finished(record, logging.ERROR)
+    assert json.loads(stream.getvalue())["event"] == "request.finished"
+    with structlog.testing.capture_logs() as captured:  # reconfigured: the chain sees it
+        log.request_finished(record, logging.ERROR)
+    assert captured and captured[0]["event"] == "request.finished"
+    stream = io.StringIO()
+    log.configure("json", "info", stream, cache=False)
+    structlog.contextvars.bind_contextvars(trace=f"Bearer {KEY}")
+    try:
+        log.request_finished(record, logging.INFO)
+    finally:
+        structlog.contextvars.clear_contextvars()
+    line = json.loads(stream.getvalue())
+    assert line["trace"] == "Bearer [redacted]"  # bound values still go through redaction
+    stream = io.StringIO()
+    log.configure("console", "info", stream, cache=False)
+    log.request_finished(record, logging.INFO)
+    assert "http_error" in stream.getvalue() and not stream.getvalue().startswith("{")
+
+
+# -- Secrets.redact's clean-record test --------------------------------------------------------
+
+
+class OldSecrets(Secrets):
+    """Secrets._suspect before it worked on the ASCII bytes (reference, verbatim)."""
+
+    def _suspect(self, value: Any) -> bool:
+        if not self._json_safe:
+            return True
+        try:
+            text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            return True
+        if any(v in text for v in self.values):
+            return True
+        return old_hinted(text.lower(), OLD_RECORD_HINTS)
+
+
+OLD_RECORD_HINTS = (
+    *("sk-", "gsk_", "r8_", "hf_", "xai-", "aiza", "bearer"),
+    *(f'"{key}":' for key in sorted(SECRET_KEYS)),
+)
+
+
+def old_hinted(lowered: str, hints: tuple[str, ...]) -> bool:
+    return any(hint in lowered for hint in hints) or ("@" in lowered and "://" in lowered)
+
+
+words = st.sampled_from(
+    [
+        KEY,
+        "sk-ant-" + "b" * 12,
+        "Bearer abcdefgh123",
+        "BEARER",
+        "gsk_",
+        "r8_",
+        "https://u:p@host",
+        "a@b",
+        "://",
+        "\u212aey",  # the Kelvin sign: "key" once lowered
+        "Token",
+        "api_key",
+        "é",
+        "secret-value-1",
+        "key",
+        "x",
+    ]
+)
+texts = st.lists(words | st.text(max_size=6), max_size=4).map("".join)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)
+request_secrets = st.sampled_from([(), (KEY,), ("secret-value-1",), ("secret-value-1", KEY)])
+
+
+@given(st.dictionaries(texts, values, max_size=6), request_secrets)
+def test_redact_is_the_reference_redaction(record: dict[str, Any], found: tuple[str, ...]) -> None:
+    new, old = Secrets(found).redact(record), OldSecrets(found).redact(record)
+    assert new == old
+    assert (new is record) == (old is record)  # a clean record is passed on uncopied
+
+
+def test_redact_passes_the_bench_records_on_uncopied() -> None:
+    for case in CASES:
+        facts, progress = exchange(case)
+        verdict, pacing = records.verdict_of(facts, progress)
+        fields = dict(records.build(facts, progress, verdict, pacing))
+        assert facts.secrets.values  # the request carried a key
+        assert facts.secrets.redact(fields) is fields
+        assert OldSecrets(facts.secrets.values).redact(fields) is fields
