@@ -138,19 +138,40 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready mapping; the log record and `replay` print this.
 
-        Written out field by field (every request pays for it): the same dict as `_plain`
-        gives, which takes any value of an unexpected type the slow way.
+        Written out field by field (every request pays for it) when every value has the type
+        it is declared with: the same dict as `_plain` gives, which takes anything else.
         """
-        i, e, u = self.interruption, self.error, self.usage
+        i, e, u, fc = self.interruption, self.error, self.usage, self.finish_category
+        leaves = (
+            self.finish_reason,
+            self.last_event,
+            self.last_event_id,
+            self.http_complete,
+            self.bytes,
+            self.events,
+            self.comments,
+            self.text_chars,
+            self.reasoning_chars,
+            self.refusal_chars,
+            self.response_id,
+            self.model,
+        )
+        if not (
+            self.dialect.__class__ is Dialect
+            and self.state.__class__ is State
+            and (fc is None or fc.__class__ is FinishCategory)
+            and _LEAVES.issuperset(map(type, leaves))
+        ):
+            return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
         reasons, anomalies = self.finish_reasons, self.anomalies
         return {
-            "dialect": _leaf(self.dialect),
-            "state": _leaf(self.state),
-            "finish_reason": _leaf(self.finish_reason),
-            "finish_category": _leaf(self.finish_category),
+            "dialect": self.dialect.value,
+            "state": self.state.value,
+            "finish_reason": self.finish_reason,
+            "finish_category": None if fc is None else fc.value,
             "finish_reasons": _plain(reasons) if reasons is not None else None,
-            "last_event": _leaf(self.last_event),
-            "last_event_id": _leaf(self.last_event_id),
+            "last_event": self.last_event,
+            "last_event_id": self.last_event_id,
             "interruption": (
                 _plain(i)
                 if i.__class__ is not Interruption
@@ -159,7 +180,7 @@ class Verdict:
                     "partial_event_bytes": _leaf(i.partial_event_bytes),
                 }
             ),
-            "http_complete": _leaf(self.http_complete),
+            "http_complete": self.http_complete,
             "error": (
                 _plain(e)
                 if e.__class__ is not ErrorInfo
@@ -170,12 +191,12 @@ class Verdict:
                 if isinstance(anomalies, dict)
                 else _plain(anomalies)
             ),
-            "bytes": _leaf(self.bytes),
-            "events": _leaf(self.events),
-            "comments": _leaf(self.comments),
-            "text_chars": _leaf(self.text_chars),
-            "reasoning_chars": _leaf(self.reasoning_chars),
-            "refusal_chars": _leaf(self.refusal_chars),
+            "bytes": self.bytes,
+            "events": self.events,
+            "comments": self.comments,
+            "text_chars": self.text_chars,
+            "reasoning_chars": self.reasoning_chars,
+            "refusal_chars": self.refusal_chars,
             "tool_calls": [
                 {
                     "id": _leaf(t.id),
@@ -188,18 +209,26 @@ class Verdict:
                 for t in self.tool_calls
             ],
             "server_tool_calls": _plain(self.server_tool_calls),
-            "usage": _plain(u)
-            if u.__class__ is not Usage
-            else {
-                "input_tokens": _leaf(u.input_tokens),
-                "output_tokens": _leaf(u.output_tokens),
-                "total_tokens": _leaf(u.total_tokens),
-                "reasoning_tokens": _leaf(u.reasoning_tokens),
-                "cached_tokens": _leaf(u.cached_tokens),
-            },  # `raw` stays out (see Usage)
-            "response_id": _leaf(self.response_id),
-            "model": _leaf(self.model),
+            "usage": _usage(u),
+            "response_id": self.response_id,
+            "model": self.model,
         }
+
+
+def _usage(u: Usage | None) -> Any:
+    if u.__class__ is not Usage:
+        return _plain(u)
+    assert u is not None
+    counts = (u.input_tokens, u.output_tokens, u.total_tokens, u.reasoning_tokens, u.cached_tokens)
+    if not _LEAVES.issuperset(map(type, counts)):
+        return _plain(u)
+    return {  # `raw` stays out (see Usage)
+        "input_tokens": counts[0],
+        "output_tokens": counts[1],
+        "total_tokens": counts[2],
+        "reasoning_tokens": counts[3],
+        "cached_tokens": counts[4],
+    }
 
 
 # Values `_plain` returns unchanged; anything else (an enum, a container) goes through it.

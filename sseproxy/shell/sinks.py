@@ -39,9 +39,7 @@ def deliver(
 ) -> None:
     """Hand the one record to every sink; none sees anything the record does not hold."""
     safecall(state, "log", lambda: request_finished(record, level_for(str(record["state"]))))
-    safecall(
-        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, dict(record))
-    )
+    safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
