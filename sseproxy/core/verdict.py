@@ -163,7 +163,7 @@ class Verdict:
             and _LEAVES.issuperset(map(type, leaves))
         ):
             return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        reasons, anomalies = self.finish_reasons, self.anomalies
+        reasons, anomalies, servers = self.finish_reasons, self.anomalies, self.server_tool_calls
         return {
             "dialect": self.dialect.value,
             "state": self.state.value,
@@ -173,7 +173,9 @@ class Verdict:
             "last_event": self.last_event,
             "last_event_id": self.last_event_id,
             "interruption": (
-                _plain(i)
+                None
+                if i is None
+                else _plain(i)
                 if i.__class__ is not Interruption
                 else {
                     "reason": _leaf(i.reason),
@@ -182,7 +184,9 @@ class Verdict:
             ),
             "http_complete": self.http_complete,
             "error": (
-                _plain(e)
+                None
+                if e is None
+                else _plain(e)
                 if e.__class__ is not ErrorInfo
                 else {"type": _leaf(e.type), "code": _leaf(e.code), "message": _leaf(e.message)}
             ),
@@ -208,7 +212,11 @@ class Verdict:
                 else _plain(t)
                 for t in self.tool_calls
             ],
-            "server_tool_calls": _plain(self.server_tool_calls),
+            "server_tool_calls": (
+                [*servers]
+                if servers.__class__ is tuple and _LEAVES.issuperset(map(type, servers))
+                else _plain(servers)
+            ),
             "usage": _usage(u),
             "response_id": self.response_id,
             "model": self.model,
