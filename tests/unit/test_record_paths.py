@@ -24,6 +24,8 @@ from yarl import URL
 
 from bench.record_cost import CASES, exchange
 from sseproxy import log
+from sseproxy import metrics as metrics_module
+from sseproxy import redact as redact_module
 from sseproxy.config import Route
 from sseproxy.core import (
     Dialect,
@@ -472,3 +474,41 @@ def test_redact_passes_the_bench_records_on_uncopied() -> None:
         assert facts.secrets.values  # the request carried a key
         assert facts.secrets.redact(fields) is fields
         assert OldSecrets(facts.secrets.values).redact(fields) is fields
+
+
+def test_cached_label_children_stop_at_their_bound(monkeypatch: Any) -> None:
+    monkeypatch.setattr(metrics_module, "MAX_CACHED_CHILDREN", 3)
+    metrics = Metrics((), (), process=False)
+    names = [f"anomaly_{i}" for i in range(metrics_module.MAX_CACHED_CHILDREN + 1)]
+    for _ in range(2):  # past the bound: counted through labels() as before, never cached
+        for name in names:
+            verdict = Verdict(Dialect.SSE, State.COMPLETED, anomalies={name: 1})
+            metrics.observe(verdict, 200, {})
+    assert len(metrics._children) == 3
+    text = metrics.exposition().decode()
+    assert all(f'sseproxy_anomalies_total{{anomaly="{name}"}} 2.0' in text for name in names)
+
+
+def test_known_record_keys_stop_at_their_bound(monkeypatch: Any) -> None:
+    monkeypatch.setattr(redact_module, "_KNOWN_KEYS", set())
+    monkeypatch.setattr(redact_module, "MAX_KNOWN_KEYS", 4)
+    secrets = Secrets((KEY,))
+    for i in range(redact_module.MAX_KNOWN_KEYS + 1):
+        assert secrets.redact({f"k{i}": "v"}) == {f"k{i}": "v"}
+    assert len(redact_module._KNOWN_KEYS) == 4
+    # known or not, a key holding a credential's value is still redacted
+    assert secrets.redact({f"a{KEY}": 1}) == {"a" + "*" * len(KEY): 1}
+    assert secrets.redact({"k0": KEY}) == {"k0": "*" * len(KEY)}
+    assert secrets.redact({"k0": 1, "k4": "Bearer abcdefghij"}) == {
+        "k0": 1,
+        "k4": "Bearer [redacted]",
+    }
+
+
+def test_a_known_key_holding_this_requests_credential_is_redacted(monkeypatch: Any) -> None:
+    monkeypatch.setattr(redact_module, "_KNOWN_KEYS", set())
+    record = {"note_secret-value-1": 1, "state": "completed"}
+    assert Secrets(()).redact(record) is record  # learnt: no hint, no credential name
+    assert set(record) == redact_module._KNOWN_KEYS
+    masked = Secrets(("secret-value-1",)).redact(record)
+    assert masked == {"note_" + "*" * 14: 1, "state": "completed"}
