@@ -9,6 +9,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import orjson
@@ -245,6 +246,55 @@ class ConsoleRenderer:
         return " ".join(parts)
 
 
+# The level names add_log_level writes for the levels `level_for` gives.
+LEVEL_NAMES = {logging.INFO: "info", logging.WARNING: "warning", logging.ERROR: "error"}
+# Keys the chain itself writes, or reads from the caller's keys: a record holding one of them
+# goes through the chain.
+_CHAIN_KEYS = ("timestamp", "level", "event", "exc_info")
+
+
+@dataclass(frozen=True, slots=True)
+class _Direct:
+    """What `configure` set up for JSON output, for `request_finished`'s direct path."""
+
+    processors: list[Any]
+    expected: list[Any]  # a copy: structlog.testing.capture_logs edits the list in place
+    stamper: structlog.processors.TimeStamper
+    logger: SafePrintLogger
+    min_level: int
+
+
+_direct: _Direct | None = None
+
+
+def request_finished(record: Mapping[str, Any], level: int) -> None:
+    """Log a request's record: the line the processor chain writes, as one orjson dump of a
+    prebuilt dict.
+
+    The record was redacted once with the request's own secrets (`Secrets.redact`, which does
+    all `redact_processor` does and more), so the chain would only re-walk it. Any other case
+    takes the chain: console output, structlog reconfigured since `configure` (tests, the
+    demo's tee), values bound in the context, or a record holding a key the chain writes.
+    """
+    direct = _direct
+    if (
+        direct is None
+        or level not in LEVEL_NAMES
+        or (processors := structlog.get_config()["processors"]) is not direct.processors
+        or processors != direct.expected
+        or any(key in record for key in _CHAIN_KEYS)
+        or structlog.contextvars.get_contextvars()
+    ):
+        structlog.get_logger("sseproxy").log(level, "request.finished", **record)
+        return
+    if level < direct.min_level:
+        return
+    line = {"timestamp": None, "level": LEVEL_NAMES[level], "event": "request.finished"}
+    direct.stamper(None, "", line)  # the chain's own clock and format, in its first place
+    line.update(record)
+    direct.logger.msg(dumps(line))
+
+
 def configure(
     log_format: str = "auto",
     level: str = "info",
@@ -258,10 +308,12 @@ def configure(
     stream = stream or sys.stdout
     if log_format == "auto":
         log_format = "console" if stream.isatty() else "json"
+    global _direct
+    stamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        stamper,
         redact_processor,
         _leading_fields,
     ]
@@ -273,11 +325,19 @@ def configure(
         ]
     else:
         renderer = [ConsoleRenderer(colors=stream.isatty())]
+    processors = shared + renderer
+    factory = SafePrintLoggerFactory(stream)
+    min_level = getattr(logging, level.upper())
     structlog.configure(
-        processors=shared + renderer,
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=SafePrintLoggerFactory(stream),
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(min_level),
+        logger_factory=factory,
         cache_logger_on_first_use=cache,
+    )
+    _direct = (
+        _Direct(processors, list(processors), stamper, factory(), min_level)
+        if log_format == "json"
+        else None
     )
     # aiohttp's own loggers go through the standard library; keep them quiet and on stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -141,6 +142,19 @@ OUTCOMES: tuple[tuple[str, str, str], ...] = (
 )
 
 NO_ROUTE_OUTCOMES = tuple(o for o in OUTCOMES if o[0] is _S.HTTP_ERROR)
+# The record's latency fields, in the order of _DialectChildren.latency.
+LATENCY_FIELDS = ("ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms")
+# Label children remembered per Metrics: far more than the bounded label values can make.
+MAX_CACHED_CHILDREN = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _DialectChildren:
+    """One dialect's series, bound once: the latency histograms, bytes and token counters."""
+
+    latency: tuple[Any, ...]
+    upstream_bytes: Any
+    tokens: Mapping[str, Any]
 
 
 def _tokens(value: int | None) -> int | None:
@@ -249,6 +263,10 @@ class Metrics:
             ["dialect", "kind"],
             registry=r,
         )
+        # Label children bound once (prometheus_client's `labels()` costs ~2 µs a call).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._per_dialect: dict[str, _DialectChildren] = {}
+        self._impossible: dict[str, Any] = {}
         self.sink_errors = Counter(
             "sseproxy_sink_errors", "Sinks that raised on a record", ["sink"], registry=r
         )
@@ -275,16 +293,11 @@ class Metrics:
                         )
         for name in ANOMALIES:
             self.anomalies.labels(name)
-        for field in IMPOSSIBLE_FIELDS:
-            self.impossible.labels(field)
         for dialect in dialects:
-            for histogram in (self.ttfb, self.ttft, self.duration, self.max_gap):
-                histogram.labels(dialect)
-            self.upstream_bytes.labels(dialect)
-            for kind in TOKEN_KINDS:
-                self.tokens.labels(dialect, kind)
+            self._dialect_children(dialect)
             for model in models:
                 self.output_speed.labels(dialect, model)
+        self._impossible = {field: self.impossible.labels(field) for field in IMPOSSIBLE_FIELDS}
 
     def sink_failed(self, sink: str) -> None:
         self.sink_errors.labels(sink).inc()
@@ -300,49 +313,71 @@ class Metrics:
         are left out and counted in sseproxy_impossible_values_total."""
         dialect = str(verdict.dialect)
         status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
-        self.requests.labels(
-            self.route_label(fields.get("route")),
-            dialect,
-            str(verdict.state),
-            str(verdict.finish_category or "none"),
-            status_class,
-            self.model_label(fields.get("model")),
+        model = self.model_label(fields.get("model"))
+        self._child(
+            self.requests,
+            (
+                self.route_label(fields.get("route")),
+                dialect,
+                str(verdict.state),
+                str(verdict.finish_category or "none"),
+                status_class,
+                model,
+            ),
         ).inc()
         for name, count in verdict.anomalies.items():
             if isinstance(count, int) and count > 0:
-                self.anomalies.labels(name).inc(count)
-        for histogram, key in (
-            (self.ttfb, "ttfb_ms"),
-            (self.ttft, "ttft_ms"),
-            (self.duration, "duration_ms"),
-            (self.max_gap, "max_gap_ms"),
-        ):
+                self._child(self.anomalies, (name,)).inc(count)
+        per_dialect = self._per_dialect.get(dialect) or self._dialect_children(dialect)
+        for histogram, key in zip(per_dialect.latency, LATENCY_FIELDS, strict=True):
             value = fields.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if math.isfinite(value) and value >= 0:
-                    histogram.labels(dialect).observe(value / 1000)
+                    histogram.observe(value / 1000)
                 else:
-                    self.impossible.labels(key).inc()
+                    self._impossible[key].inc()
         speed = fields.get("output_tokens_per_s")
         if isinstance(speed, int | float) and not isinstance(speed, bool):
             if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
-                model = self.model_label(fields.get("model"))
-                self.output_speed.labels(dialect, model).observe(speed)
+                self._child(self.output_speed, (dialect, model)).observe(speed)
             else:
-                self.impossible.labels("output_tokens_per_s").inc()
+                self._impossible["output_tokens_per_s"].inc()
         if verdict.bytes >= 0:
-            self.upstream_bytes.labels(dialect).inc(verdict.bytes)
+            per_dialect.upstream_bytes.inc(verdict.bytes)
         else:
-            self.impossible.labels("bytes").inc()
+            self._impossible["bytes"].inc()
         if verdict.usage is not None:
             try:
                 kinds = token_kinds(dialect, verdict.usage)
             except ValueError:
-                self.impossible.labels("tokens").inc()
+                self._impossible["tokens"].inc()
             else:
                 for kind, value in kinds.items():
                     if value:
-                        self.tokens.labels(dialect, kind).inc(value)
+                        per_dialect.tokens[kind].inc(value)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """`metric.labels(*labels)`, remembered: label values are bounded vocabularies, and
+        the cache is bounded too (past MAX_CACHED_CHILDREN, children are looked up as before)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(*labels)
+            if len(self._children) < MAX_CACHED_CHILDREN:
+                self._children[key] = child
+        return child
+
+    def _dialect_children(self, dialect: str) -> _DialectChildren:
+        children = _DialectChildren(
+            latency=tuple(
+                h.labels(dialect) for h in (self.ttfb, self.ttft, self.duration, self.max_gap)
+            ),
+            upstream_bytes=self.upstream_bytes.labels(dialect),
+            tokens={kind: self.tokens.labels(dialect, kind) for kind in TOKEN_KINDS},
+        )
+        if len(self._per_dialect) < MAX_CACHED_CHILDREN:
+            self._per_dialect[dialect] = children
+        return children
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition and its content type: OpenMetrics when `accept` asks for it."""

@@ -71,6 +71,15 @@ KEY_SHAPES = re.compile(
 SHAPE_HINTS = ("sk-", "gsk_", "r8_", "hf_", "xai-", "aiza", "bearer")
 # ...and, in a JSON-rendered record, a credential's name as a key (`"authorization":`).
 _RECORD_HINTS = SHAPE_HINTS + tuple(f'"{key}":' for key in sorted(SECRET_KEYS))
+# Each credential name ends with one of these: a JSON text holding none of them holds none of
+# the `"name":` hints either, so the 16 names are looked for only after one of 6 tails.
+_NAME_TAILS = tuple(
+    f'{tail}":'.encode()
+    for tail in ("key", "token", "cookie", "authorization", "secret", "password")
+)
+assert all(any(t.decode() in f'"{k}":' for t in _NAME_TAILS) for k in SECRET_KEYS)
+_SHAPE_HINTS_B = tuple(h.encode() for h in SHAPE_HINTS)
+_NAME_HINTS_B = tuple(f'"{key}":'.encode() for key in sorted(SECRET_KEYS))
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
@@ -117,6 +126,21 @@ def redact_shapes(text: str) -> str:
 
 def _hinted(lowered: str, hints: tuple[str, ...]) -> bool:
     return any(hint in lowered for hint in hints) or ("@" in lowered and "://" in lowered)
+
+
+# Record keys seen to hold no key shape's hint, no credential's name and no `@` (bounded).
+_KNOWN_KEYS: set[str] = set()
+MAX_KNOWN_KEYS = 1024
+
+
+def _learn_keys(record: dict[Any, Any]) -> None:
+    for key in record:
+        if len(_KNOWN_KEYS) >= MAX_KNOWN_KEYS:
+            return
+        if type(key) is str and key.isascii() and not is_secret_key(key):
+            lowered = key.lower()
+            if "@" not in lowered and not any(hint in lowered for hint in SHAPE_HINTS):
+                _KNOWN_KEYS.add(key)
 
 
 def is_secret_key(name: object) -> bool:
@@ -184,15 +208,38 @@ class Secrets:
         return self._walk(value)
 
     def _suspect(self, value: Any) -> bool:
+        """False only when walking `value` would change nothing: one JSON rendering, then
+        substring tests (a credential value, a key shape's hint, a credential's name)."""
         if not self._json_safe:
             return True
+        if type(value) is dict and _KNOWN_KEYS.issuperset(value):
+            # The usual record: its own keys were looked at already (a credential's value,
+            # which differs per request, is still looked for in them); only the values remain.
+            keys = "\0".join(value)
+            if any(v in keys for v in self.values):
+                return True
+            value = list(value.values())
+        elif type(value) is dict:
+            _learn_keys(value)
         try:
-            text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+            data = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             return True  # what JSON cannot carry is looked at value by value
-        if any(v in text for v in self.values):
+        if not data.isascii():
+            # str.lower can make ASCII of other letters (the Kelvin sign K becomes k)
+            text = data.decode()
+            return any(v in text for v in self.values) or _hinted(text.lower(), _RECORD_HINTS)
+        # ASCII: the bytes as they are, lowered as str.lower would (no decoding, no copy).
+        if any(raw in data for raw in self.raw):
             return True
-        return _hinted(text.lower(), _RECORD_HINTS)
+        lowered = data.lower()
+        if any(hint in lowered for hint in _SHAPE_HINTS_B):
+            return True
+        if any(tail in lowered for tail in _NAME_TAILS) and any(
+            hint in lowered for hint in _NAME_HINTS_B
+        ):
+            return True
+        return b"@" in lowered and b"://" in lowered
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):

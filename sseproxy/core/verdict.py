@@ -136,11 +136,115 @@ class Verdict:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready mapping; the log record and `replay` print this."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            out[f.name] = _plain(getattr(self, f.name))
-        return out
+        """Plain JSON-ready mapping; the log record and `replay` print this.
+
+        Written out field by field (every request pays for it) when every value has the type
+        it is declared with: the same dict as `_plain` gives, which takes anything else.
+        """
+        i, e, u, fc = self.interruption, self.error, self.usage, self.finish_category
+        leaves = (
+            self.finish_reason,
+            self.last_event,
+            self.last_event_id,
+            self.http_complete,
+            self.bytes,
+            self.events,
+            self.comments,
+            self.text_chars,
+            self.reasoning_chars,
+            self.refusal_chars,
+            self.response_id,
+            self.model,
+        )
+        if not (
+            self.dialect.__class__ is Dialect
+            and self.state.__class__ is State
+            and (fc is None or fc.__class__ is FinishCategory)
+            and _LEAVES.issuperset(map(type, leaves))
+        ):
+            return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        reasons, anomalies, servers = self.finish_reasons, self.anomalies, self.server_tool_calls
+        return {
+            "dialect": self.dialect.value,
+            "state": self.state.value,
+            "finish_reason": self.finish_reason,
+            "finish_category": None if fc is None else fc.value,
+            "finish_reasons": _plain(reasons) if reasons is not None else None,
+            "last_event": self.last_event,
+            "last_event_id": self.last_event_id,
+            "interruption": (
+                None
+                if i is None
+                else _plain(i)
+                if i.__class__ is not Interruption
+                else {
+                    "reason": _leaf(i.reason),
+                    "partial_event_bytes": _leaf(i.partial_event_bytes),
+                }
+            ),
+            "http_complete": self.http_complete,
+            "error": (
+                None
+                if e is None
+                else _plain(e)
+                if e.__class__ is not ErrorInfo
+                else {"type": _leaf(e.type), "code": _leaf(e.code), "message": _leaf(e.message)}
+            ),
+            "anomalies": (
+                {k if k.__class__ is str else str(k): _leaf(v) for k, v in anomalies.items()}
+                if isinstance(anomalies, dict)
+                else _plain(anomalies)
+            ),
+            "bytes": self.bytes,
+            "events": self.events,
+            "comments": self.comments,
+            "text_chars": self.text_chars,
+            "reasoning_chars": self.reasoning_chars,
+            "refusal_chars": self.refusal_chars,
+            "tool_calls": [
+                {
+                    "id": _leaf(t.id),
+                    "name": _leaf(t.name),
+                    "arguments_bytes": _leaf(t.arguments_bytes),
+                    "arguments_valid_json": _leaf(t.arguments_valid_json),
+                }
+                if t.__class__ is ToolCallSummary
+                else _plain(t)
+                for t in self.tool_calls
+            ],
+            "server_tool_calls": (
+                [*servers]
+                if servers.__class__ is tuple and _LEAVES.issuperset(map(type, servers))
+                else _plain(servers)
+            ),
+            "usage": _usage(u),
+            "response_id": self.response_id,
+            "model": self.model,
+        }
+
+
+def _usage(u: Usage | None) -> Any:
+    if u.__class__ is not Usage:
+        return _plain(u)
+    assert u is not None
+    counts = (u.input_tokens, u.output_tokens, u.total_tokens, u.reasoning_tokens, u.cached_tokens)
+    if not _LEAVES.issuperset(map(type, counts)):
+        return _plain(u)
+    return {  # `raw` stays out (see Usage)
+        "input_tokens": counts[0],
+        "output_tokens": counts[1],
+        "total_tokens": counts[2],
+        "reasoning_tokens": counts[3],
+        "cached_tokens": counts[4],
+    }
+
+
+# Values `_plain` returns unchanged; anything else (an enum, a container) goes through it.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _leaf(value: Any) -> Any:
+    return value if value.__class__ in _LEAVES else _plain(value)
 
 
 def _plain(value: Any) -> Any:

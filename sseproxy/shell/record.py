@@ -208,18 +208,21 @@ def build(
 
 
 def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:
-    """A record with what is surely serialisable, when building the full one failed."""
+    """A record with what is surely serialisable, when building the full one failed;
+    redacted like every record (the log writes records as they are)."""
     return MappingProxyType(
         json_safe(
-            {
-                "request_id": facts.request_id,
-                "method": facts.method,
-                "path": facts.path,
-                "status": progress.status,
-                "state": str(State.UNCONFIRMED),
-                "interruption": {"reason": str(progress.end), "partial_event_bytes": 0},
-                "anomalies": {"record_error": 1},
-                "error": {"type": "sseproxy_record_error", "message": repr(why)[:300]},
-            }
+            facts.secrets.redact(
+                {
+                    "request_id": facts.request_id,
+                    "method": facts.method,
+                    "path": facts.path,
+                    "status": progress.status,
+                    "state": str(State.UNCONFIRMED),
+                    "interruption": {"reason": str(progress.end), "partial_event_bytes": 0},
+                    "anomalies": {"record_error": 1},
+                    "error": {"type": "sseproxy_record_error", "message": repr(why)[:300]},
+                }
+            )
         )
     )

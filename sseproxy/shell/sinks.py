@@ -10,17 +10,13 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from ..capture import redact_headers
 from ..core import Verdict
-from ..log import json_ready, level_for
+from ..log import json_ready, level_for, request_finished
 from .record import Progress, Record, RequestFacts
 
 if TYPE_CHECKING:
     from .app import ProxyState
-
-log = structlog.get_logger("sseproxy")
 
 
 def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
@@ -42,12 +38,8 @@ def deliver(
     state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
 ) -> None:
     """Hand the one record to every sink; none sees anything the record does not hold."""
-    safecall(
-        state, "log", lambda: log.log(level_for(str(record["state"])), "request.finished", **record)
-    )
-    safecall(
-        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, dict(record))
-    )
+    safecall(state, "log", lambda: request_finished(record, level_for(str(record["state"]))))
+    safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
