@@ -48,6 +48,17 @@ def random_split(data: bytes, seed: Any, largest: int) -> list[bytes]:
     return out
 
 
+def cut(data: bytes, points: list[int]) -> list[bytes]:
+    """`data` cut at `points` (taken modulo its length + 1): any chunking, for properties."""
+    bounds = sorted({p % (len(data) + 1) for p in points})
+    out, last = [], 0
+    for b in bounds:
+        out.append(data[last:b])
+        last = b
+    out.append(data[last:])
+    return out
+
+
 def ndjson(*objects: Any) -> bytes:
     return b"".join(json.dumps(o).encode() + b"\n" for o in objects)
 

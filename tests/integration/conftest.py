@@ -4,13 +4,15 @@ import asyncio
 import io
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sseproxy import log
+from sseproxy.capture import load_capture
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.proxy import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream
 
 
@@ -113,3 +115,12 @@ async def raw_exchange(port: int, data: bytes, timeout: float = 10) -> bytes:
             return await reader.read(-1)
     finally:
         writer.close()
+
+
+async def captured(client: Any, folder: Path) -> tuple[Path, dict[str, Any], bytes]:
+    """The one capture in `folder`, once the capture writer has finished (call it after the
+    request's record was written: the record comes first, then the capture is queued)."""
+    await client.app[STATE].captures.drain()  # the sidecar is written in a worker thread
+    [sidecar_path] = folder.glob("*.json")
+    sidecar, body = load_capture(sidecar_path)
+    return sidecar_path, sidecar, body

@@ -3,13 +3,13 @@ record marked `injected`, the verdict computed on what the client received."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings
+from tests.integration.conftest import captured as capture_of
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk as chat
 from tests.streams import sse
@@ -101,10 +101,8 @@ async def test_mock_serves_captures_with_their_chunking(
     fake.script(PATH, Script([Send(STREAM[:40]), Send(STREAM[40:])]))
     client = await make_proxy(capture_dir=str(tmp_path))
     await (await client.post(PATH, json={})).read()
-    for _ in range(100):
-        if list(tmp_path.glob("*.json")):
-            break
-        await asyncio.sleep(0.02)
+    await logs.wait(1)
+    await capture_of(client, tmp_path)
     (tmp_path / "plain.sse").write_bytes(sse(chat("x"), chat(finish="stop"), "[DONE]"))
     mock = MockServer(load_recordings([tmp_path]), speed=0, allow_inject=True)
     names = [r.name for r in mock.recordings]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 from pathlib import Path
@@ -11,9 +10,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sseproxy.capture import load_capture
 from sseproxy.proxy import STATE
 from sseproxy.replay import ReplayOptions, replay
+from tests.integration.conftest import captured
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse
 
@@ -146,13 +145,7 @@ async def test_capture_and_replay(upstream, make_proxy, logs, tmp_path: Path) ->
     with pytest.raises(aiohttp.ClientPayloadError):
         await resp.read()
     [record] = await logs.wait(1)
-    for _ in range(100):
-        sidecars = list(tmp_path.glob("*.json"))
-        if sidecars:
-            break
-        await asyncio.sleep(0.02)
-    [sidecar_path] = sidecars
-    sidecar, body = load_capture(sidecar_path)
+    sidecar_path, sidecar, body = await captured(client, tmp_path)
     assert body == cut
     assert [c[1] for c in sidecar["chunks"]] == [10, 50, len(cut) - 60]
     assert sidecar["verdict"]["state"] == "interrupted" == record["state"]

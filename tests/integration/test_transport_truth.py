@@ -4,7 +4,6 @@ after the outcome but before the end marker, and cut after the end marker."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 from collections.abc import AsyncIterator
@@ -13,10 +12,10 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
-from sseproxy.capture import load_capture
 from sseproxy.config import load
 from sseproxy.proxy import create_app
 from sseproxy.replay import ReplayOptions, replay
+from tests.integration.conftest import captured
 from tests.integration.raw_upstream import RST, Body, Hangup, Pause, RawScript, RawUpstream
 from tests.unit.test_transport_truth import (
     ANTHROPIC,
@@ -172,13 +171,7 @@ async def test_a_capture_of_a_truncated_body_replays_as_interrupted(
     client = await aiohttp_client(create_app(settings))
     await fetch(client, PATHS[CHAT])
     record = (await logs.wait())[0]
-    for _ in range(500):
-        sidecars = list(tmp_path.glob("*.json"))
-        if sidecars:
-            break
-        await asyncio.sleep(0.01)
-    [sidecar_path] = sidecars
-    sidecar, body = load_capture(sidecar_path)
+    _, sidecar, body = await captured(client, tmp_path)
     assert (body, sidecar["http_complete"]) == (CHAT.decided, False)
     out = io.StringIO()
     assert replay(body, ReplayOptions(), out, capture=sidecar) == 1

@@ -20,6 +20,7 @@ from sseproxy.core.dialects.anthropic_messages import AnthropicMessagesAssembler
 from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
 from sseproxy.core.dialects.openai_responses import OpenAIResponsesAssembler
 from tests.corpus import body, manifest
+from tests.streams import cut
 
 ASSEMBLERS: dict[Dialect, Any] = {
     Dialect.OPENAI_CHAT: OpenAIChatAssembler,
@@ -63,16 +64,6 @@ def sse(*events: dict[str, Any] | str | bytes, event: str | None = None) -> byte
     for e in events:
         data = e if isinstance(e, bytes) else (e if isinstance(e, str) else json.dumps(e)).encode()
         out += (b"event: " + event.encode() + b"\n" if event else b"") + b"data: " + data + b"\n\n"
-    return out
-
-
-def cut(data: bytes, points: list[int]) -> list[bytes]:
-    bounds = sorted({p % (len(data) + 1) for p in points})
-    out, last = [], 0
-    for b in bounds:
-        out.append(data[last:b])
-        last = b
-    out.append(data[last:])
     return out
 
 

@@ -7,19 +7,10 @@ from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, SSEDecoder, StreamTap, TapOptions
 from tests.corpus import body, manifest
+from tests.streams import cut
 
 CORPUS = [body(e) for e in manifest()]
 DIALECTS = [None, *Dialect]
-
-
-def cut(data: bytes, points: list[int]) -> list[bytes]:
-    bounds = sorted({p % (len(data) + 1) for p in points})
-    out, last = [], 0
-    for b in bounds:
-        out.append(data[last:b])
-        last = b
-    out.append(data[last:])
-    return out
 
 
 def frames(chunks: list[bytes], cap: int = 1 << 24) -> tuple[list[tuple], int, str]:

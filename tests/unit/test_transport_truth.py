@@ -18,7 +18,7 @@ from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, with_transp
 from sseproxy.core.eventstream import event
 from sseproxy.core.request import RequestFacts, request_facts
 from sseproxy.replay import ReplayOptions, replay
-from tests.streams import chat_chunk, ndjson, sse, verdict_of
+from tests.streams import chat_chunk, cut, ndjson, sse, verdict_of
 
 
 def gemini(text: str) -> dict[str, Any]:
@@ -404,6 +404,4 @@ def test_same_bytes_and_same_end_give_the_same_verdict_however_chunked(
             tap.feed(chunk)
         return tap.close(end, http_complete=http_complete)
 
-    cuts = sorted({p % (len(data) + 1) for p in points})
-    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-    assert run(pieces) == run([data])
+    assert run(cut(data, points)) == run([data])
