@@ -24,12 +24,11 @@ class RawScript:
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/event-stream"})
 
 
-class RawUpstream:
-    def __init__(self) -> None:
-        self.script = RawScript([])
-        self.port = 0
-        self.server: asyncio.Server | None = None
-        self.requests = 0
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 whose connections `_serve` handles."""
+
+    port = 0
+    server: asyncio.Server | None = None
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -43,6 +42,15 @@ class RawUpstream:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError  # each upstream below plays its own script
+
+
+class RawUpstream(LoopbackServer):
+    def __init__(self) -> None:
+        self.script = RawScript([])
+        self.requests = 0
 
     def body(self) -> bytes:
         return b"".join(s.data for s in self.script.steps if isinstance(s, Send))
@@ -104,30 +112,15 @@ class RawUpstream:
 WireStep = Send | Sleep | Close | Reset | AwaitClose
 
 
-class WireUpstream:
+class WireUpstream(LoopbackServer):
     """Plays `steps` on every connection byte for byte, with no framing of its own: for
     responses no HTTP server would write (broken framing, bad heads, late extra responses)."""
 
     def __init__(self, steps: list[WireStep] | None = None) -> None:
         self.steps = steps or []
-        self.port = 0
-        self.server: asyncio.Server | None = None
         self.heads: list[bytes] = []
         self.peer_closed = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         steps = self.steps
