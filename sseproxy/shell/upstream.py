@@ -65,6 +65,14 @@ class IsolatedHandler(ResponseHandler):
         if inline is not None:
             inline.drain()
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp calls this after every read of a body, paused or not. Unpaused, it would
+        # only hand its parser an empty buffer (through data_received: nothing is held back
+        # unless pause_reading ran) and resume a transport that is reading: that round trip
+        # cost as much as our whole accounting of a chunk. Unknown state: always resume.
+        if getattr(self, "_reading_paused", True) or getattr(self, "_buffer_paused", True):
+            super().resume_reading(resume_parser)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
         inline = self.inline
