@@ -131,7 +131,7 @@ def per_request(stats: pstats.Stats) -> None:
     table: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
     table = stats.stats  # type: ignore[attr-defined]
     for (path, _, name), (_, calls, _, cumulative, _) in table.items():
-        if path.endswith("sseproxy/proxy.py") and name in ("finish", "log") and calls:
+        if path.endswith("shell/app.py") and name == "finish" and calls:
             print(
                 f"per request: {name}() {cumulative / calls * 1e6:.1f} µs cumulative, {calls} calls"
             )
@@ -139,15 +139,15 @@ def per_request(stats: pstats.Stats) -> None:
 
 def stub(parts: list[str]) -> None:
     """Replace parts of the per-chunk path by no-ops (for measurement only)."""
-    from sseproxy import proxy
     from sseproxy.core import tap
+    from sseproxy.shell import app, record
 
     if "tap" in parts:
         tap.StreamTap.feed = lambda self, chunk: 0  # type: ignore[method-assign]
     if "timings" in parts:
-        proxy.Timings.chunk = lambda self, now, deltas: None  # type: ignore[method-assign]
+        record.Timings.chunk = lambda self, arrived, now, content_deltas: None  # type: ignore[method-assign]
     if "log" in parts:
-        proxy.Exchange.log = lambda self, verdict: None  # type: ignore[method-assign]
+        app.finish = lambda state, x, content_timeout=None: None
 
 
 if __name__ == "__main__":

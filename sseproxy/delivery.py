@@ -125,6 +125,17 @@ class ClientDelivery:
                 self.waits.append((started, waited))
         self.client_bytes += len(chunk)
 
+    def broken(self) -> None:
+        """The client's connection was gone before the next chunk could be written: what the
+        tap holds now is what the client was sent."""
+        tap = self._tap
+        if tap is not None and not self.failed:
+            self._events = tap.events
+            assembler = tap.assembler
+            if assembler is not None:
+                self._last_type = assembler.last_event
+        self.failed = True
+
     @property
     def client_wait_ms(self) -> float:
         return round(self.client_wait * 1000, 3)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from ..capture import redact_headers
 from ..config import Settings
@@ -31,6 +32,7 @@ from ..delivery import ClientDelivery, ContentWatch
 from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import INJECT_HEADER, Refused, via_entry
 from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
+from .inline import attach
 from .tapping import open_tap
 from .upstream import forwardable, refusal
 
@@ -221,9 +223,9 @@ async def respond(
         transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, framing=framing))
     try:
         with CLIENT_IO:
-            await response.prepare(request)
+            writer = await response.prepare(request)
         p.delivery = ClientDelivery(request, response, p.tap)
-        await relay(x, upstream, transform, watch, stalls, settings)
+        await relay(x, upstream, writer, transform, watch, stalls, settings)
         # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
         # may still say `interrupted` (no terminal event): that is what the record is for.
         p.end, p.http_complete = EndReason.UPSTREAM_CLOSED, True
@@ -240,12 +242,17 @@ async def respond(
 async def relay(
     x: Exchange,
     upstream: aiohttp.ClientResponse,
+    writer: AbstractStreamWriter | None,
     transform: Identity | Drill,
     watch: IdleWatch,
     stalls: ContentWatch | None,
     settings: Settings,
 ) -> None:
-    """One upstream chunk, through the transformation, written at once, then accounted for."""
+    """One upstream chunk, through the transformation, written at once, then accounted for.
+
+    Between the loop's turns, while the client takes bytes without pushing back, the
+    `InlineRelay` does the same work from the upstream's data callback (no drill only).
+    """
     p = x.progress
     tap, timings, pacing, capture = p.tap, p.timings, p.pacing, p.capture
     assert tap is not None and p.view is not None and pacing is not None
@@ -284,7 +291,13 @@ async def relay(
                 account(now, now, 0, deltas)
         return now
 
+    inline = None
+    if type(transform) is Identity:
+        inline = attach(upstream, writer, delivery, tap, capture, watch, account)
     while True:
+        # Inline only after the first write: aiohttp sends the response head with it.
+        if inline is not None and delivery.client_bytes and inline.ready():
+            await inline.run()
         with UPSTREAM_IO:
             chunk = await read()
         arrived = watch.last = time.monotonic()

@@ -1,0 +1,170 @@
+"""The relay's inline path (chunks written from the upstream's data callback): it is taken when
+nothing pushes back, hands over to the loop and back when the client does, keeps bytes in
+order when aiohttp re-enters it, stays out of drills and compressed bodies, and turns a bug of
+ours into a visible break instead of a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+
+import aiohttp
+import pytest
+
+from sseproxy.shell import record as records
+from sseproxy.shell.inline import InlineRelay
+from tests.integration.fake_upstream import Script, Send, Sleep
+from tests.integration.raw_upstream import WireUpstream
+from tests.streams import chat_chunk, sse
+
+PATH = "/v1/chat/completions"
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+)
+
+
+def numbered(n: int) -> list[bytes]:
+    """n distinct Chat events, then the end: any reordering or loss shows in the bytes."""
+    events = [sse(chat_chunk(f" {i}")) for i in range(n)]
+    return [*events, sse(chat_chunk(finish="stop")), b"data: [DONE]\n\n"]
+
+
+@pytest.fixture
+def inline_chunks(monkeypatch) -> list[int]:
+    """The sizes of the chunks the inline path relayed, in order."""
+    seen: list[int] = []
+    relay = InlineRelay._relay
+
+    def spy(self: InlineRelay, chunk: bytes) -> bool:
+        seen.append(len(chunk))
+        return relay(self, chunk)
+
+    monkeypatch.setattr(InlineRelay, "_relay", spy)
+    return seen
+
+
+@pytest.fixture
+async def wire():
+    up = WireUpstream()
+    await up.start()
+    yield up
+    await up.stop()
+
+
+async def test_a_paced_stream_is_relayed_inline_after_its_first_chunk(
+    upstream, make_proxy, logs, inline_chunks
+) -> None:
+    fake, _ = upstream
+    events = numbered(40)
+    steps: list[Send | Sleep] = []
+    for event in events:
+        steps += [Send(event), Sleep(0.002)]
+    fake.script(PATH, Script(steps))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={"stream": True})
+    assert await resp.read() == b"".join(events)
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed" and record["events"] == len(events)
+    assert record["client_bytes"] == len(b"".join(events))
+    # The loop writes the first chunk (aiohttp sends the head with it); the rest go inline.
+    assert len(inline_chunks) >= len(events) - 5
+    assert sum(inline_chunks) == len(b"".join(events)) - len(events[0])
+
+
+async def test_a_client_that_stops_reading_moves_the_stream_to_the_loop_and_back(
+    upstream, make_proxy, logs, inline_chunks
+) -> None:
+    fake, _ = upstream
+    block = b"data: " + b"z" * 65_530 + b"\n\n"
+    blocks = [block.replace(b"zzzz", b"%04d" % i, 1) for i in range(300)]  # 20 MB, numbered
+    tail = [Sleep(0.05), *(Send(e) for e in numbered(20))]
+    fake.script(PATH, Script([*(Send(b) for b in blocks), *tail]))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={"stream": True})
+    got = await resp.content.readexactly(1024)
+    await asyncio.sleep(0.3)  # the client's socket fills up: writes must wait for it
+    got += await resp.read()
+    assert got == b"".join(blocks) + b"".join(numbered(20))
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed" and record["client_wait_ms"] >= 200
+    # Back-pressure handed the stream to the loop, whose writes waited; the events after the
+    # pause were small and the client kept up again, so they went inline.
+    assert sum(inline_chunks) >= len(b"".join(numbered(20)))
+
+
+async def test_chunks_that_aiohttp_holds_back_and_replays_stay_in_order(
+    wire, proxy_server, logs, inline_chunks
+) -> None:
+    """More HTTP chunks in one read than aiohttp buffers: it pauses, and taking a chunk
+    resumes its parser, which calls the inline path again from inside itself."""
+    first = sse(chat_chunk("first"))
+    body = b"".join(numbered(3)) * 2000  # 6,000+ events, about 0.5 MB
+    tiny = b"".join(
+        b"%x\r\n%b\r\n" % (len(body[i : i + 7]), body[i : i + 7]) for i in range(0, len(body), 7)
+    )
+    wire.steps = [
+        Send(HEAD + b"%x\r\n%b\r\n" % (len(first), first)),
+        Sleep(0.05),  # the loop writes `first`; the inline path is waiting for what follows
+        Send(tiny + b"0\r\n\r\n"),  # ~75,000 chunks of 7 bytes in as few reads as TCP makes
+    ]
+    url = await proxy_server(wire.url)
+    async with aiohttp.ClientSession() as session, session.post(url + PATH, json={}) as resp:
+        assert await resp.read() == first + body
+    [record] = await logs.wait(1)
+    assert record["client_bytes"] == len(first + body)
+    assert sum(inline_chunks) >= len(body) // 2  # the rest: the loop's, while the client lagged
+
+
+async def test_drills_and_compressed_bodies_stay_on_the_loop(
+    upstream, make_proxy, logs, inline_chunks
+) -> None:
+    fake, _ = upstream
+    events = numbered(10)
+    steps: list[Send | Sleep] = []
+    for event in events:
+        steps += [Send(event), Sleep(0.002)]
+    fake.script(PATH, Script(steps))
+    client = await make_proxy(allow_inject=True)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "delay=1"})
+    assert await resp.read() == b"".join(events)
+    packed = gzip.compress(b"".join(events))
+    parts = [packed[i : i + 50] for i in range(0, len(packed), 50)]
+    gz_steps: list[Send | Sleep] = []
+    for part in parts:
+        gz_steps += [Send(part), Sleep(0.002)]
+    fake.script(PATH, Script(gz_steps, headers={"Content-Encoding": "gzip"}))
+    resp = await client.post(PATH, json={}, auto_decompress=False)
+    assert await resp.read() == packed
+    records_ = await logs.wait(2)
+    assert [r["state"] for r in records_] == ["completed", "completed"]
+    assert inline_chunks == []
+
+
+async def test_a_bug_of_ours_in_the_inline_path_breaks_the_client_and_keeps_the_record(
+    upstream, make_proxy, logs, monkeypatch
+) -> None:
+    fake, _ = upstream
+    events = numbered(20)
+    steps: list[Send | Sleep] = []
+    for event in events:
+        steps += [Send(event), Sleep(0.002)]
+    fake.script(PATH, Script(steps))
+    calls = 0
+    chunk = records.Timings.chunk
+
+    def flaky(self: records.Timings, arrived: float, now: float, deltas: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 5:  # the fifth chunk: inline by then
+            raise RuntimeError("a bug in the bookkeeping")
+        chunk(self, arrived, now, deltas)
+
+    monkeypatch.setattr(records.Timings, "chunk", flaky)
+    client = await make_proxy()
+    resp = await client.post(PATH, json={})
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await asyncio.wait_for(resp.read(), 10)  # a break, never a hang or a clean end
+    [record] = await logs.wait(1)
+    assert record["state"] == "http_error" and record["error"]["type"] == "sseproxy_internal_error"
+    assert "a bug in the bookkeeping" in record["error"]["message"]
