@@ -3,8 +3,9 @@
 Each scenario is a stream built from a recorded body in tests/corpus: the events before its
 first delta of one kind (untimed: they put the tap on its direct path), then that body's deltas
 of the kind, repeated to `--events` (Responses sequence numbers renumbered so that they stay
-consecutive). The "bench" streams are those `bench.upstream` sends to the proxy benchmarks. Timed: `StreamTap.feed` with one event per chunk, and "bulk" with 16 events per
-chunk, as CPU time of the process. Each scenario also runs with the dialect's fast path off
+consecutive). The "bench" streams are those `bench.upstream` sends to the proxy benchmarks.
+Timed: `StreamTap.feed` with one event per chunk, and "bulk" with 16 events per chunk, as CPU
+time of the process. Each scenario also runs with the dialect's fast path off
 ("full parse"), the JSON of every event parsed. Rounds are interleaved; medians reported.
 """
 

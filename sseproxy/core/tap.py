@@ -100,8 +100,13 @@ class StreamTap:
             sse, assembler = direct
             before = assembler.content_deltas
             try:
+                event = sse.whole_event(chunk)
+                if event is not None:  # the usual chunk: one event, nothing held
+                    assembler.on_event(event)
+                    self.events += 1
+                    return assembler.content_deltas - before
                 frames = sse.feed(chunk)
-                if len(frames) == 1:  # the usual chunk: one event
+                if len(frames) == 1:
                     frame = frames[0]
                     if type(frame) is Comment:
                         self.comments += 1
