@@ -86,14 +86,17 @@ class SSEDecoder:
         self._pending: list[bytes] = []
         self._pending_len = 0
         self._names: dict[bytes, str] = {}  # `event:` line -> the type it sets (block path)
-        # On the block path at an event boundary, nothing held: `whole_event` may take a chunk.
-        self._ready = False
+        # On the block path at an event boundary with nothing held: `whole_event` may take a
+        # chunk, and so may a caller that recognises a chunk as exactly one block of the usual
+        # form (`data: ` line, or `event: ` then `data: ` line, LF ends): it then only adds the
+        # chunk's length to `pos` (`last_event_id` is already the id in force).
+        self.ready = False
 
     # -- input ------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[Frame]:
         """Consume one network chunk; return the frames it completed."""
-        if self._ready:
+        if self.ready:
             event = self.whole_event(data)
             if event is not None:
                 return [event]
@@ -101,7 +104,7 @@ class SSEDecoder:
             raise RuntimeError("feed() after finish()")
         out: list[Frame] = []
         self._feed(data, out)
-        self._ready = (
+        self.ready = (
             self._fast
             and not self._pending
             and self._head is None
@@ -115,7 +118,7 @@ class SSEDecoder:
         `event: ...` then `data: ...`, LF line ends) arriving at an event boundary of the block
         path; None, consuming nothing, for anything else (`feed` then takes it). The same event
         and counts as `feed`, found with a few C-level scans and no split."""
-        if not self._ready:
+        if not self.ready:
             return None
         n = len(data)
         first = data.find(b"\n")
@@ -179,7 +182,7 @@ class SSEDecoder:
         if self._fast and self._pending:
             self._leave_fast_path(out)
         self.finished = True
-        self._ready = False
+        self.ready = False
         held = len(self._head) if self._head else 0
         if self._block_start >= 0:
             start = self._block_start

@@ -9,6 +9,7 @@ never an exception into the forwarding loop (unless `strict`, which tests use).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ class StreamTap:
         self._pending_events: list[SSEEvent] = []
         self._blind: str | None = None
         self._verdict: Verdict | None = None
-        self._direct: tuple[SSEDecoder, Assembler] | None = None
+        self._direct: tuple[SSEDecoder, Assembler, Callable[[bytes], bool] | None] | None = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
@@ -97,9 +98,18 @@ class StreamTap:
         direct = self._direct
         if direct is not None:
             # The hot path: plain SSE of a known dialect. Same work as below, fewer calls.
-            sse, assembler = direct
+            sse, assembler, take_block = direct
             before = assembler.content_deltas
             try:
+                if (
+                    take_block is not None
+                    and sse.ready
+                    and len(chunk) <= sse.max_event_bytes
+                    and take_block(chunk)
+                ):
+                    sse.pos += len(chunk)  # a delta of a known shape: no event built
+                    self.events += 1
+                    return assembler.content_deltas - before
                 event = sse.whole_event(chunk)
                 if event is not None:  # the usual chunk: one event, nothing held
                     assembler.on_event(event)
@@ -138,7 +148,13 @@ class StreamTap:
             and self._decoder.identity
             and self._blind is None
         ):
-            self._direct = (reader.decoder, self.assembler)
+            assembler = self.assembler
+            take_block = (
+                assembler.take_block
+                if type(assembler).take_block is not Assembler.take_block
+                else None
+            )
+            self._direct = (reader.decoder, assembler, take_block)
         return deltas
 
     @property

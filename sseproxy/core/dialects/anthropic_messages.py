@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig, dumps
+from .base import Assembler, Outcome, as_int, dig, dumps, loads_bytes
 from .spec import DialectSpec, Drills, sse_event
 
 STOP_REASONS = {
@@ -24,6 +24,9 @@ STOP_REASONS = {
     "compaction": (State.INCOMPLETE, FinishCategory.PAUSE),  # paused after compacting: continue
 }
 SERVER_TOOL_BLOCKS = {"server_tool_use", "mcp_tool_use"}
+# How the block of a delta starts: `take_block` recognises it without building an event.
+DELTA_BLOCK = b"event: content_block_delta\ndata: "
+_DATA = len(DELTA_BLOCK)
 USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",
@@ -45,6 +48,20 @@ class AnthropicMessagesAssembler(Assembler):
         self.blocks: dict[int, str] = {}  # index -> block type
         self.usage_raw: dict[str, Any] = {}
         self.redacted_thinking_blocks = 0
+
+    def take_block(self, block: bytes) -> bool:
+        """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
+        if not block.startswith(DELTA_BLOCK) or self.message_stop or not self.fast_path:
+            return False
+        end = len(block) - 2
+        if block.find(b"\n", _DATA) != end or block[end + 1] != 10 or b"\r" in block:
+            return False  # not exactly one `data:` line, then the blank line
+        obj = loads_bytes(block[_DATA:end])
+        if type(obj) is not dict or obj.get("type") != "content_block_delta":
+            return False  # the full path decides what it is
+        self.last_event = "content_block_delta"
+        self.on_delta(obj)
+        return True
 
     def on_event(self, event: SSEEvent) -> None:
         obj = self.parse(event.data)

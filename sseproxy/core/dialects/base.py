@@ -172,6 +172,15 @@ def loads(data: str | bytes) -> Any:
         return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
 
 
+def loads_bytes(data: bytes) -> Any:
+    """Parse JSON bytes with orjson alone, for fast paths: None for anything it refuses
+    (invalid JSON or UTF-8, integers over 64 bits), which the full path then decides."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def dumps(value: Any) -> str:
     """Serialise arguments that arrived as an object (Gemini, Ollama) the way Python does."""
     return json.dumps(value, ensure_ascii=False)
@@ -240,6 +249,12 @@ class Assembler:
     def on_event(self, event: SSEEvent) -> None:
         self.last_event = event.type if event.type != "message" else "chunk"
         self.anomalies["unexpected_framing"] += 1
+
+    def take_block(self, block: bytes) -> bool:
+        """Take a chunk that may be exactly one SSE block at a block boundary if it is the
+        block of a delta whose shape this assembler learnt (see `fastpath.Shape`), exactly as
+        `on_event` would take its event; False, changing nothing, otherwise."""
+        return False
 
     def on_line(self, line: Line) -> None:
         self.last_event = "chunk"

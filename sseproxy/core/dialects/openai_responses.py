@@ -20,6 +20,7 @@ from .base import (
     dig,
     error_info,
     ident,
+    loads_bytes,
 )
 from .spec import DialectSpec, Drills, sse_event
 
@@ -61,6 +62,9 @@ FAST_DELTAS = frozenset(
     }
 )
 
+# The `event:` line of a block that `take_block` recognises -> the type it sets.
+FAST_DELTA_LINES = {name.encode(): name for name in FAST_DELTAS}
+
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
@@ -90,6 +94,27 @@ class OpenAIResponsesAssembler(Assembler):
         self.done_parts: set[tuple[str, str, int]] = set()
         self.has_function_calls = False
 
+    def take_block(self, block: bytes) -> bool:
+        """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
+        if block[:7] != b"event: " or self.terminal or not self.fast_path:
+            return False
+        first = block.find(b"\n")
+        name = FAST_DELTA_LINES.get(block[7:first])
+        end = len(block) - 2
+        if (
+            name is None
+            or block.find(b"\n", first + 1) != end
+            or block[end + 1] != 10
+            or block[first + 1 : first + 7] != b"data: "
+            or b"\r" in block
+        ):
+            return False  # not a known delta's `event:` line, one `data:` line, a blank line
+        obj = loads_bytes(block[first + 7 : end])
+        if type(obj) is not dict or obj.get("type") != name:
+            return False  # the full path decides what it is
+        self.on_delta(name, obj)
+        return True
+
     def on_event(self, event: SSEEvent) -> None:
         if event.data == "[DONE]":  # not Responses protocol; OpenRouter appends it
             self.last_event = "[DONE]"
@@ -103,19 +128,7 @@ class OpenAIResponsesAssembler(Assembler):
             and obj.get("type") == name
             and not self.terminal
         ):
-            # Nearly every event: a delta named alike by `event:` and JSON. What the checks
-            # below would decide for it, decided at once.
-            self.last_event = name
-            seq = obj.get("sequence_number")
-            if (
-                type(seq) is int
-                and self.last_sequence is not None
-                and seq == self.last_sequence + 1
-            ):
-                self.last_sequence = seq  # the next one, as `check_sequence` would record it
-            else:
-                self.check_sequence(seq)
-            self.dispatch(name, obj)
+            self.on_delta(name, obj)
             return
         if not isinstance(obj, dict):
             self.last_event = event.type if event.type != "message" else "chunk"
@@ -136,6 +149,17 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["events_after_terminal"] += 1
             return
         self.dispatch(etype, obj)
+
+    def on_delta(self, name: str, obj: dict[str, Any]) -> None:
+        """Nearly every event: a delta named alike by `event:` and JSON, before the terminal.
+        What the checks of `on_event` would decide for it, decided at once."""
+        self.last_event = name
+        seq = obj.get("sequence_number")
+        if type(seq) is int and self.last_sequence is not None and seq == self.last_sequence + 1:
+            self.last_sequence = seq  # the next one, as `check_sequence` would record it
+        else:
+            self.check_sequence(seq)
+        self.dispatch(name, obj)
 
     def check_sequence(self, seq: Any) -> None:
         if not isinstance(seq, int):
