@@ -82,7 +82,9 @@ class StreamTap:
         self._pending_events: list[SSEEvent] = []
         self._blind: str | None = None
         self._verdict: Verdict | None = None
-        self._direct: tuple[SSEDecoder, Assembler, Callable[[bytes], bool] | None] | None = None
+        self._direct: (
+            tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
+        ) = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
@@ -101,15 +103,29 @@ class StreamTap:
             sse, assembler, take_block = direct
             before = assembler.content_deltas
             try:
-                if (
-                    take_block is not None
-                    and sse.ready
-                    and len(chunk) <= sse.max_event_bytes
-                    and take_block(chunk)
-                ):
-                    sse.pos += len(chunk)  # a delta of a known shape: no event built
-                    self.events += 1
-                    return assembler.content_deltas - before
+                if take_block is not None and sse.ready:
+                    # The usual blocks of deltas, taken by the dialect without an event: first
+                    # the usual chunk, one block; else block by block while they come (the
+                    # decoder resumes at the first other block).
+                    size = len(chunk)
+                    cap = sse.max_event_bytes
+                    if size <= cap and take_block(chunk, 0, size):
+                        sse.pos += size
+                        self.events += 1
+                        return assembler.content_deltas - before
+                    end = chunk.find(b"\n\n") + 2
+                    if end < size:  # several blocks, or none whole
+                        pos = taken = 0
+                        while 2 <= end - pos <= cap and take_block(chunk, pos, end):
+                            taken += 1
+                            pos = end
+                            end = chunk.find(b"\n\n", pos) + 2
+                        if taken:
+                            self.events += taken
+                            sse.pos += pos
+                            if pos == size:
+                                return assembler.content_deltas - before
+                            chunk = chunk[pos:]
                 event = sse.whole_event(chunk)
                 if event is not None:  # the usual chunk: one event, nothing held
                     assembler.on_event(event)

@@ -1,8 +1,8 @@
-"""The tap's block path (`Assembler.take_block`: a one-event chunk taken without an event) and
-the Chat `Shape` agree with the full path on the same chunks, whatever the chunk holds.
+"""The tap's block path (`Assembler.take_block`: the blocks of a chunk taken without events)
+and the Chat `Shape` agree with the full path on the same chunks, whatever the chunks hold.
 
-Every stream is fed one block per chunk, so the block path is tried on each; the same chunks
-with the fast paths off give the expected verdict, content and counts. Near misses (escapes,
+Streams are fed one block per chunk, or several, so the block path is tried on each block;
+the same chunks with the fast paths off give the expected verdict, content and counts. Near misses (escapes,
 unicode, extra keys, other key orders, invalid JSON or UTF-8, CR line ends, two events in a
 chunk, an oversized event) must fall off the fast path and still agree.
 """
@@ -51,12 +51,33 @@ def observe(chunks: list[bytes], dialect: Dialect, cap: int) -> tuple[Any, ...]:
     return verdict, tap.describe(), tap.events, decoder.pos, decoder.last_event_id
 
 
-def both_ways(chunks: list[bytes], dialect: Dialect, cap: int = 1 << 20) -> tuple[Any, ...]:
+def both_ways(
+    chunks: list[bytes], dialect: Dialect, cap: int = 1 << 20, joins: list[bool] | None = None
+) -> tuple[Any, ...]:
+    """The result with the fast paths on, after checking that it is the one without. With
+    `joins`, a chunk is joined with the next where it says True (several blocks per chunk)."""
+    if joins:
+        grouped = [chunks[0]]
+        for chunk, join in zip(chunks[1:], joins + [False] * len(chunks), strict=False):
+            if join:
+                grouped[-1] += chunk
+            else:
+                grouped.append(chunk)
+        chunks = grouped
     fast = observe(chunks, dialect, cap)
     with full_parse(dialect):
         full = observe(chunks, dialect, cap)
     assert fast == full
     return fast
+
+
+joins = st.lists(st.booleans(), max_size=12)
+
+
+def take(assembler: Any, chunk: bytes) -> bool:
+    """`take_block` as the tap calls it: from a block boundary to the first blank line."""
+    end = chunk.find(b"\n\n") + 2
+    return end >= 2 and bool(assembler.take_block(chunk, 0, end))
 
 
 def block(data: bytes, event: str | None = None) -> bytes:
@@ -130,10 +151,10 @@ def test_chat_variant_agrees(name: str) -> None:
     both_ways(chunks, Dialect.OPENAI_CHAT, cap=256)
 
 
-@given(st.lists(st.sampled_from(list(CHAT_VARIANTS)), max_size=10), st.booleans())
-def test_chat_variant_streams_agree(names: list[str], end: bool) -> None:
+@given(st.lists(st.sampled_from(list(CHAT_VARIANTS)), max_size=10), st.booleans(), joins)
+def test_chat_variant_streams_agree(names: list[str], end: bool, joined: list[bool]) -> None:
     chunks = [chat(), *(CHAT_VARIANTS[n] for n in names)] + ([CHAT_END] if end else [])
-    both_ways(chunks, Dialect.OPENAI_CHAT, cap=256)
+    both_ways(chunks, Dialect.OPENAI_CHAT, cap=256, joins=joined)
 
 
 def test_chat_blocks_take_the_block_path() -> None:
@@ -144,9 +165,10 @@ def test_chat_blocks_take_the_block_path() -> None:
     assembler = tap.assembler
     assert isinstance(assembler, OpenAIChatAssembler)
     for chunk in chunks[1:4]:
-        assert assembler.take_block(chunk)
-    assert not assembler.take_block(chat(b"a") + chat(b"b"))
-    assert not assembler.take_block(chat(b"a\\q"))
+        assert take(assembler, chunk)
+    two = chat(b"a") + chat(b"b")
+    assert not assembler.take_block(two, 0, len(two))  # a range of two blocks is not one
+    assert not take(assembler, chat(b"a\\q"))
     for chunk in chunks[1:]:
         tap.feed(chunk)
     verdict = tap.close()
@@ -164,7 +186,9 @@ def test_chat_shape_of_an_event_with_escaped_or_repeated_keys_is_refused() -> No
     shape = Shape.learn("message", data, [(b'"content"', TEXT, "a"), (b'"obfuscation"', PAD, "x")])
     assert shape is not None
     assert shape.match(data.replace(b'"a"', b'"zz"')) == "zz"
-    assert shape.match(b"data: " + data + b"\n\n", True) == "a"
+    chunk = b"xx" + b"data: " + data + b"\n\n" + b"data: " + data + b"\n\n"
+    assert shape.match_block(chunk, 2, len(chunk) // 2 + 1) == "a"
+    assert shape.match_block(chunk, 2, len(chunk)) is None  # two blocks
     assert shape.match(data.replace(b'"a"', b'"z\\"') + b"x") is None
 
 
@@ -235,10 +259,11 @@ ANTHROPIC_VARIANTS = {
 }
 
 
-@given(st.lists(st.sampled_from(list(ANTHROPIC_VARIANTS)), max_size=10), st.booleans())
-def test_anthropic_variant_streams_agree(names: list[str], end: bool) -> None:
+@given(st.lists(st.sampled_from(list(ANTHROPIC_VARIANTS)), max_size=10), st.booleans(), joins)
+def test_anthropic_variant_streams_agree(names: list[str], end: bool, joined: list[bool]) -> None:
     chunks = [ANTHROPIC_START, *(ANTHROPIC_VARIANTS[n] for n in names)]
-    both_ways(chunks + ([ANTHROPIC_END] if end else []), Dialect.ANTHROPIC_MESSAGES, cap=256)
+    chunks += [ANTHROPIC_END] if end else []
+    both_ways(chunks, Dialect.ANTHROPIC_MESSAGES, cap=256, joins=joined)
 
 
 @pytest.mark.parametrize("name", list(ANTHROPIC_VARIANTS))
@@ -253,9 +278,9 @@ def test_anthropic_deltas_take_the_block_path() -> None:
     assembler = tap.assembler
     assert isinstance(assembler, AnthropicMessagesAssembler)
     for name in ("text", "thinking", "tool", "escapes and unicode", "extra key", "padded"):
-        assert assembler.take_block(ANTHROPIC_VARIANTS[name])
+        assert take(assembler, ANTHROPIC_VARIANTS[name])
     for name in ("misnamed", "invalid json", "invalid utf-8", "crlf", "two data lines"):
-        assert not assembler.take_block(ANTHROPIC_VARIANTS[name])
+        assert not take(assembler, ANTHROPIC_VARIANTS[name])
     content = assembler.text.all_text(), assembler.reasoning.all_text()
     assert content == ("hi流 流 \nxx", "hm")
     assert assembler.tool_calls[2].arguments == '{"a":1}'
@@ -324,11 +349,11 @@ def renumber(chunks: list[bytes]) -> list[bytes]:
     return out
 
 
-@given(st.lists(st.sampled_from(list(RESPONSES_VARIANTS)), max_size=10), st.booleans())
-def test_responses_variant_streams_agree(names: list[str], end: bool) -> None:
+@given(st.lists(st.sampled_from(list(RESPONSES_VARIANTS)), max_size=10), st.booleans(), joins)
+def test_responses_variant_streams_agree(names: list[str], end: bool, joined: list[bool]) -> None:
     chunks = renumber([RESPONSES_VARIANTS[n] for n in names])
     stream = [RESPONSES_START, *chunks] + ([RESPONSES_END] if end else [])
-    both_ways(stream, Dialect.OPENAI_RESPONSES, cap=256)
+    both_ways(stream, Dialect.OPENAI_RESPONSES, cap=256, joins=joined)
 
 
 @pytest.mark.parametrize("name", list(RESPONSES_VARIANTS))
@@ -346,8 +371,8 @@ def test_responses_deltas_take_the_block_path() -> None:
         [RESPONSES_VARIANTS[n] for n in ("text", "escapes and unicode", "obfuscation")]
     )
     for chunk in taken:
-        assert assembler.take_block(chunk)
+        assert take(assembler, chunk)
     for name in ("misnamed", "invalid json", "invalid utf-8", "crlf", "not a known delta"):
-        assert not assembler.take_block(RESPONSES_VARIANTS[name])
+        assert not take(assembler, RESPONSES_VARIANTS[name])
     assert assembler.text.all_text() == "hi流 流x"
     assert assembler.last_sequence == 3 and assembler.anomalies == {}

@@ -49,14 +49,19 @@ class AnthropicMessagesAssembler(Assembler):
         self.usage_raw: dict[str, Any] = {}
         self.redacted_thinking_blocks = 0
 
-    def take_block(self, block: bytes) -> bool:
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
         """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
-        if not block.startswith(DELTA_BLOCK) or self.message_stop or not self.fast_path:
+        if not buf.startswith(DELTA_BLOCK, start) or self.message_stop or not self.fast_path:
             return False
-        end = len(block) - 2
-        if block.find(b"\n", _DATA) != end or block[end + 1] != 10 or b"\r" in block:
+        first = start + _DATA
+        end = stop - 2
+        if (
+            buf.find(b"\n", first, stop) != end
+            or buf[stop - 1] != 10
+            or buf.find(b"\r", start, stop) >= 0
+        ):
             return False  # not exactly one `data:` line, then the blank line
-        obj = loads_bytes(block[_DATA:end])
+        obj = loads_bytes(buf[first:end])
         if type(obj) is not dict or obj.get("type") != "content_block_delta":
             return False  # the full path decides what it is
         self.last_event = "content_block_delta"

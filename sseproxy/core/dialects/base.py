@@ -250,10 +250,11 @@ class Assembler:
         self.last_event = event.type if event.type != "message" else "chunk"
         self.anomalies["unexpected_framing"] += 1
 
-    def take_block(self, block: bytes) -> bool:
-        """Take a chunk that may be exactly one SSE block at a block boundary if it is the
-        block of a delta whose shape this assembler learnt (see `fastpath.Shape`), exactly as
-        `on_event` would take its event; False, changing nothing, otherwise."""
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
+        """Take `buf[start:stop]`, which starts at a block boundary and is within
+        `max_event_bytes`, if it is exactly the block of one of this dialect's usual deltas
+        (its blank line included), as `on_event` would take its event; else False, changing
+        nothing (the decoder then takes it). The tap's shortcut for nearly every chunk."""
         return False
 
     def on_line(self, line: Line) -> None:

@@ -103,9 +103,9 @@ class Shape:
     in each, is the same object with other strings there: only its text is decoded. The
     checks are C-level compares and searches; nothing else is parsed.
 
-    `match` takes an event's data; with `block`, a whole chunk that must be exactly the SSE
-    block `data: ` + data + blank line (`event: NAME` first for a named event), which proves
-    it is one event: the literals hold no line end and the holes no control character.
+    `match` takes an event's data; `match_block` a piece of a chunk that must be exactly the
+    SSE block `data: ` + data + blank line (`event: NAME` first for a named event), which
+    proves it is one event: the literals hold no line end and the holes no control character.
     """
 
     __slots__ = ("block_head", "block_tail", "head", "holes", "last", "tail")
@@ -167,16 +167,20 @@ class Shape:
         shape = cls(prefix, literals[0], holes_after, kinds[-1], literals[-1])
         return shape if shape.match(data) is not None else None
 
-    def match(self, buf: bytes, block: bool = False) -> str | None:
-        """The text of an event's data of this shape, else None; with `block`, of a chunk
-        that must be exactly this shape's SSE block. Inlined: this runs per event."""
+    def match(self, data: bytes) -> str | None:
+        """The text of an event's data of this shape, else None."""
+        return self.match_block(data, 0, len(data), False)
+
+    def match_block(self, buf: bytes, start: int, stop: int, block: bool = True) -> str | None:
+        """The text of `buf[start:stop]` if it is exactly this shape's SSE block (with
+        `block`; else its data), else None. Inlined: this runs per event."""
         if block:
             head, tail = self.block_head, self.block_tail
         else:
             head, tail = self.head, self.tail
-        if not buf.startswith(head) or not buf.endswith(tail):
+        if not buf.startswith(head, start) or not buf.endswith(tail, start, stop):
             return None
-        pos = len(head)
+        pos = start + len(head)
         text = ""
         for kind, literal in self.holes:
             end = buf.find(b'"', pos)
@@ -203,7 +207,7 @@ class Shape:
                 if not text.isprintable() and _CONTROL.search(text):
                     return None  # JSON forbids them raw in a string
             pos = end + len(literal)
-        end = len(buf) - len(tail)  # the last hole ends where the tail starts
+        end = stop - len(tail)  # the last hole ends where the tail starts
         if end < pos:
             return None
         body = buf[pos:end]

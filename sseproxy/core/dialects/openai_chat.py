@@ -42,11 +42,11 @@ class OpenAIChatAssembler(Assembler):
         self.done = False
         self.plain: Shape | None = None  # shape of a verified plain delta
 
-    def take_block(self, block: bytes) -> bool:
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
         plain = self.plain
         if plain is None or self.done:
             return False
-        text = plain.match(block, True)
+        text = plain.match_block(buf, start, stop)
         if text is None:
             return False
         self.last_event = "chunk"

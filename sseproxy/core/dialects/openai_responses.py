@@ -94,22 +94,22 @@ class OpenAIResponsesAssembler(Assembler):
         self.done_parts: set[tuple[str, str, int]] = set()
         self.has_function_calls = False
 
-    def take_block(self, block: bytes) -> bool:
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
         """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
-        if block[:7] != b"event: " or self.terminal or not self.fast_path:
+        if not buf.startswith(b"event: ", start) or self.terminal or not self.fast_path:
             return False
-        first = block.find(b"\n")
-        name = FAST_DELTA_LINES.get(block[7:first])
-        end = len(block) - 2
+        first = buf.find(b"\n", start, stop)
+        name = FAST_DELTA_LINES.get(buf[start + 7 : first])
+        end = stop - 2
         if (
             name is None
-            or block.find(b"\n", first + 1) != end
-            or block[end + 1] != 10
-            or block[first + 1 : first + 7] != b"data: "
-            or b"\r" in block
+            or buf.find(b"\n", first + 1, stop) != end
+            or buf[stop - 1] != 10
+            or not buf.startswith(b"data: ", first + 1)
+            or buf.find(b"\r", start, stop) >= 0
         ):
             return False  # not a known delta's `event:` line, one `data:` line, a blank line
-        obj = loads_bytes(block[first + 7 : end])
+        obj = loads_bytes(buf[first + 7 : end])
         if type(obj) is not dict or obj.get("type") != name:
             return False  # the full path decides what it is
         self.on_delta(name, obj)
