@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig, dumps, loads_bytes
+from .base import Assembler, Outcome, as_int, dig, dumps
 from .spec import DialectSpec, Drills, sse_event
 
 STOP_REASONS = {
@@ -61,7 +63,10 @@ class AnthropicMessagesAssembler(Assembler):
             or buf.find(b"\r", start, stop) >= 0
         ):
             return False  # not exactly one `data:` line, then the blank line
-        obj = loads_bytes(buf[first:end])
+        try:
+            obj = orjson.loads(buf[first:end])
+        except orjson.JSONDecodeError:
+            return False  # invalid JSON or UTF-8: the full path counts it
         if type(obj) is not dict or obj.get("type") != "content_block_delta":
             return False  # the full path decides what it is
         self.last_event = "content_block_delta"
@@ -158,7 +163,10 @@ class AnthropicMessagesAssembler(Assembler):
                 self.anomalies["delta_without_block_start"] += 1
         dtype = delta.get("type")
         if dtype == "text_delta":
-            self.add_text((0, index), delta.get("text"))
+            text = delta.get("text")
+            if type(text) is str and text:  # add_text, inlined: nearly every event
+                self.text.add((0, index), text)
+                self.content_deltas += 1
         elif dtype == "input_json_delta":
             if index in self.tool_calls:
                 self.add_arguments(self.tool_calls[index], delta.get("partial_json"))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import (
@@ -20,7 +22,6 @@ from .base import (
     dig,
     error_info,
     ident,
-    loads_bytes,
 )
 from .spec import DialectSpec, Drills, sse_event
 
@@ -109,7 +110,10 @@ class OpenAIResponsesAssembler(Assembler):
             or buf.find(b"\r", start, stop) >= 0
         ):
             return False  # not a known delta's `event:` line, one `data:` line, a blank line
-        obj = loads_bytes(buf[first + 7 : end])
+        try:
+            obj = orjson.loads(buf[first + 7 : end])
+        except orjson.JSONDecodeError:
+            return False  # invalid JSON or UTF-8: the full path counts it
         if type(obj) is not dict or obj.get("type") != name:
             return False  # the full path decides what it is
         self.on_delta(name, obj)
@@ -159,7 +163,10 @@ class OpenAIResponsesAssembler(Assembler):
             self.last_sequence = seq  # the next one, as `check_sequence` would record it
         else:
             self.check_sequence(seq)
-        self.dispatch(name, obj)
+        if name == "response.output_text.delta":
+            self.on_part_delta("text", obj)  # what dispatch does first, one call sooner
+        else:
+            self.dispatch(name, obj)
 
     def check_sequence(self, seq: Any) -> None:
         if not isinstance(seq, int):
@@ -206,10 +213,10 @@ class OpenAIResponsesAssembler(Assembler):
         key = (item if type(item) is str else ident(item), index)
         if self.done_parts and (str(key[0]), kind, index) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
-        if kind == "text":
-            self.add_text(key, obj.get("delta"))
-        else:
-            self.add_refusal(key, obj.get("delta"))
+        delta = obj.get("delta")
+        if type(delta) is str and delta:  # add_text / add_refusal, inlined
+            (self.text if kind == "text" else self.refusal).add(key, delta)
+            self.content_deltas += 1
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
