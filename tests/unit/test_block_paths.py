@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, StreamTap, TapOptions
 from sseproxy.core.dialects.anthropic_messages import AnthropicMessagesAssembler
-from sseproxy.core.dialects.fastpath import PAD, TEXT, Shape
+from sseproxy.core.dialects.fastpath import PAD, SHAPE_MAX_BYTES, TEXT, Shape
 from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
 from sseproxy.core.dialects.openai_responses import OpenAIResponsesAssembler
 
@@ -376,3 +376,15 @@ def test_responses_deltas_take_the_block_path() -> None:
         assert not take(assembler, RESPONSES_VARIANTS[name])
     assert assembler.text.all_text() == "hi流 流x"
     assert assembler.last_sequence == 3 and assembler.anomalies == {}
+
+
+def test_shapes_are_learnt_from_events_up_to_the_bound() -> None:
+    def data(size: int) -> bytes:
+        head = b'{"id":"'
+        tail = b'","choices":[{"delta":{"content":"a"}}]}'
+        return head + b"x" * (size - len(head) - len(tail)) + tail
+
+    holes = [(b'"content"', TEXT, "a")]
+    assert len(data(SHAPE_MAX_BYTES)) == SHAPE_MAX_BYTES
+    assert Shape.learn("message", data(SHAPE_MAX_BYTES), holes) is not None
+    assert Shape.learn("message", data(SHAPE_MAX_BYTES + 1), holes) is None
