@@ -3,8 +3,9 @@
 Each scenario is a stream built from a recorded body in tests/corpus: the events before its
 first delta of one kind (untimed: they put the tap on its direct path), then that body's deltas
 of the kind, repeated to `--events` (Responses sequence numbers renumbered so that they stay
-consecutive). Timed: `StreamTap.feed` with one event per chunk, and "bulk" with 16 events per
-chunk, as CPU time of the process. Each scenario also runs with the dialect's fast path off
+consecutive). The "bench" streams are those `bench.upstream` sends to the proxy benchmarks.
+Timed: `StreamTap.feed` with one event per chunk, and "bulk" with 16 events per chunk, as CPU
+time of the process. Each scenario also runs with the dialect's fast path off
 ("full parse"), the JSON of every event parsed. Rounds are interleaved; medians reported.
 """
 
@@ -20,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench import upstream
 from sseproxy.core import Dialect, StreamTap
 from sseproxy.core.dialects import anthropic_messages, openai_chat, openai_responses
 from tests.corpus import file
@@ -38,8 +40,9 @@ FAST_PATHS: dict[Dialect, type] = {
 class Scenario:
     name: str
     dialect: Dialect
-    corpus_file: str
+    corpus_file: str  # "" for a stream of `bench.upstream`, named by `is_delta`'s dialect
     is_delta: Callable[[bytes], bool]
+    upstream: str = ""  # the `dialect` query value of `bench.upstream`
 
 
 SCENARIOS = [
@@ -85,11 +88,22 @@ SCENARIOS = [
         "openai-responses/incomplete-mid-function-args.sse",
         lambda b: b"event: response.function_call_arguments.delta\n" in b,
     ),
+    *(
+        Scenario(f"bench {name}", dialect, "", lambda b: True, name)
+        for name, dialect in (
+            ("chat", Dialect.OPENAI_CHAT),
+            ("anthropic", Dialect.ANTHROPIC_MESSAGES),
+            ("responses", Dialect.OPENAI_RESPONSES),
+        )
+    ),
 ]
 
 
 def build(scenario: Scenario, events: int) -> tuple[bytes, list[bytes]]:
     """(prelude, deltas): the body's events before its first delta, and `events` deltas."""
+    if scenario.upstream:
+        start, event, _ = upstream.DIALECTS[scenario.upstream]
+        return start(), [event(i) for i in range(events)]
     blocks = [b + b"\n\n" for b in file(scenario.corpus_file).split(b"\n\n") if b.strip()]
     first = next(i for i, b in enumerate(blocks) if scenario.is_delta(b))
     prelude = b"".join(blocks[:first])

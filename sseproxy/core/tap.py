@@ -9,6 +9,7 @@ never an exception into the forwarding loop (unless `strict`, which tests use).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,9 @@ class StreamTap:
         self._pending_events: list[SSEEvent] = []
         self._blind: str | None = None
         self._verdict: Verdict | None = None
-        self._direct: tuple[SSEDecoder, Assembler] | None = None
+        self._direct: (
+            tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
+        ) = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         try:
@@ -97,11 +100,39 @@ class StreamTap:
         direct = self._direct
         if direct is not None:
             # The hot path: plain SSE of a known dialect. Same work as below, fewer calls.
-            sse, assembler = direct
+            sse, assembler, take_block = direct
             before = assembler.content_deltas
             try:
+                if take_block is not None and sse.ready:
+                    # The usual blocks of deltas, taken by the dialect without an event: first
+                    # the usual chunk, one block; else block by block while they come (the
+                    # decoder resumes at the first other block).
+                    size = len(chunk)
+                    cap = sse.max_event_bytes
+                    if size <= cap and take_block(chunk, 0, size):
+                        sse.pos += size
+                        self.events += 1
+                        return assembler.content_deltas - before
+                    end = chunk.find(b"\n\n") + 2
+                    if end < size:  # several blocks, or none whole
+                        pos = taken = 0
+                        while 2 <= end - pos <= cap and take_block(chunk, pos, end):
+                            taken += 1
+                            pos = end
+                            end = chunk.find(b"\n\n", pos) + 2
+                        if taken:
+                            self.events += taken
+                            sse.pos += pos
+                            if pos == size:
+                                return assembler.content_deltas - before
+                            chunk = chunk[pos:]
+                event = sse.whole_event(chunk)
+                if event is not None:  # the usual chunk: one event, nothing held
+                    assembler.on_event(event)
+                    self.events += 1
+                    return assembler.content_deltas - before
                 frames = sse.feed(chunk)
-                if len(frames) == 1:  # the usual chunk: one event
+                if len(frames) == 1:
                     frame = frames[0]
                     if type(frame) is Comment:
                         self.comments += 1
@@ -133,7 +164,13 @@ class StreamTap:
             and self._decoder.identity
             and self._blind is None
         ):
-            self._direct = (reader.decoder, self.assembler)
+            assembler = self.assembler
+            take_block = (
+                assembler.take_block
+                if type(assembler).take_block is not Assembler.take_block
+                else None
+            )
+            self._direct = (reader.decoder, assembler, take_block)
         return deltas
 
     @property

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import Assembler, Outcome, as_int, dig, dumps
@@ -24,6 +26,9 @@ STOP_REASONS = {
     "compaction": (State.INCOMPLETE, FinishCategory.PAUSE),  # paused after compacting: continue
 }
 SERVER_TOOL_BLOCKS = {"server_tool_use", "mcp_tool_use"}
+# How the block of a delta starts: `take_block` recognises it without building an event.
+DELTA_BLOCK = b"event: content_block_delta\ndata: "
+_DATA = len(DELTA_BLOCK)
 USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",
@@ -45,6 +50,28 @@ class AnthropicMessagesAssembler(Assembler):
         self.blocks: dict[int, str] = {}  # index -> block type
         self.usage_raw: dict[str, Any] = {}
         self.redacted_thinking_blocks = 0
+
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
+        """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
+        if not buf.startswith(DELTA_BLOCK, start) or self.message_stop or not self.fast_path:
+            return False
+        first = start + _DATA
+        end = stop - 2
+        if (
+            buf.find(b"\n", first, stop) != end
+            or buf[stop - 1] != 10
+            or buf.find(b"\r", start, stop) >= 0
+        ):
+            return False  # not exactly one `data:` line, then the blank line
+        try:
+            obj = orjson.loads(buf[first:end])
+        except orjson.JSONDecodeError:
+            return False  # invalid JSON or UTF-8: the full path counts it
+        if type(obj) is not dict or obj.get("type") != "content_block_delta":
+            return False  # the full path decides what it is
+        self.last_event = "content_block_delta"
+        self.on_delta(obj)
+        return True
 
     def on_event(self, event: SSEEvent) -> None:
         obj = self.parse(event.data)
@@ -136,7 +163,10 @@ class AnthropicMessagesAssembler(Assembler):
                 self.anomalies["delta_without_block_start"] += 1
         dtype = delta.get("type")
         if dtype == "text_delta":
-            self.add_text((0, index), delta.get("text"))
+            text = delta.get("text")
+            if type(text) is str and text:  # add_text, inlined: nearly every event
+                self.text.add((0, index), text)
+                self.content_deltas += 1
         elif dtype == "input_json_delta":
             if index in self.tool_calls:
                 self.add_arguments(self.tool_calls[index], delta.get("partial_json"))

@@ -3,24 +3,28 @@
 In a long answer almost every event is the same small object in which only the text (and
 OpenAI's random `obfuscation` padding) changes. Parsing all of it costs more than the rest of
 the analysis together. So once the full parser has seen an object that is a plain text delta,
-its bytes with those two string values cut out (its *skeleton*) are remembered; a later event
-with an identical skeleton is, byte for byte, the same object with another text, and only
-that text is decoded. Any difference sends the event to the full parser: the fast path can
-only agree with it (the tests run the corpus and generated streams both ways). For that, the
-cut keys occur once (the parser keeps the last of repeated keys), the bytes around the cuts
-hold no backslash (no key spelled with an escape) and a cut value is a valid JSON string.
+its bytes around those two string values (its `Shape`) are remembered; a later event with the
+same bytes there is the same object with another text, and only that text is decoded. With
+the `data: ` line and the blank line around it, the shape also recognises a chunk that is
+exactly that event's block, so the tap needs no framing for it. Any difference sends the
+event to the full parser: the fast path can only agree with it (the tests run the corpus and
+generated streams both ways). For that, the cut keys occur once (the parser keeps the last of
+repeated keys), the bytes around the cuts hold no backslash (no key spelled with an escape)
+and a cut value is a valid JSON string.
+
+Anthropic and Responses deltas are small enough that orjson parses them faster than a shape
+is matched in Python; their fast paths only skip the framing (see their `take_block`).
 """
 
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any
 
 from .base import loads
 
 _CONTROL = re.compile("[\x00-\x1f]")  # JSON forbids them raw in a string
-_CONTENT_KEYS = (b'"content":"', b'"content": "')
-_OBFUSCATION_KEYS = (b'"obfuscation":"', b'"obfuscation": "')
 _PLAIN_CHOICE_KEYS = {"index", "delta", "logprobs", "finish_reason"}
 _PLAIN_TOP_KEYS = {
     "id",
@@ -49,67 +53,6 @@ def string_end(data: bytes, start: int) -> int:
         if backslashes % 2 == 0:
             return end
         end += 1
-
-
-def _value_span(data: bytes, keys: tuple[bytes, bytes], start: int = 0) -> tuple[int, int]:
-    """(first, end) of the string value of the first of `keys` found from `start`, or -1s."""
-    for key in keys:
-        at = data.find(key, start)
-        if at >= 0:
-            first = at + len(key)
-            return first, string_end(data, first)
-    return -1, -1
-
-
-class PlainShape:
-    """The bytes of a verified plain delta around its text (and around its padding value).
-
-    `text(raw)` returns the text of an event that is the same object with other string
-    values there, or None. It compares prefixes and suffixes: no search over the text.
-    """
-
-    __slots__ = ("head", "middle", "tail")
-
-    def __init__(self, head: bytes, middle: bytes | None, tail: bytes) -> None:
-        self.head = head  # everything up to the opening quote of the text
-        self.middle = middle  # from the closing quote of the text to the padding value
-        self.tail = tail  # from the closing quote of the last cut value to the end
-
-    @classmethod
-    def of(cls, raw: bytes) -> PlainShape | None:
-        if raw.count(b'"content"') != 1 or raw.count(b'"obfuscation"') > 1:
-            return None  # a repeated key: the parser keeps the last, the cut is the first
-        first, end = _value_span(raw, _CONTENT_KEYS)
-        if end < 0:
-            return None
-        pad_first, pad_end = _value_span(raw, _OBFUSCATION_KEYS, end)
-        if pad_end < 0:
-            shape = cls(raw[:first], None, raw[end:])
-        else:
-            shape = cls(raw[:first], raw[end:pad_first], raw[pad_end:])
-        if b"\\" in shape.head or b"\\" in shape.tail or b"\\" in (shape.middle or b""):
-            return None  # an escape could spell a key another way
-        return shape
-
-    def text(self, raw: bytes) -> str | None:
-        if not raw.startswith(self.head) or not raw.endswith(self.tail):
-            return None
-        first = len(self.head)
-        end = raw.find(b'"', first)
-        if end > 0 and raw[end - 1] == 92:
-            end = string_end(raw, first)
-        if self.middle is None:
-            if end != len(raw) - len(self.tail):
-                return None
-        else:
-            pad = end + len(self.middle)
-            pad_end = len(raw) - len(self.tail)
-            if not raw.startswith(self.middle, end) or string_end(raw, pad) != pad_end:
-                return None
-            padding = raw[pad:pad_end]
-            if not padding.isalnum() and decode_string(padding) is None:
-                return None  # not a valid string: the full parser refuses the event
-        return decode_string(raw[first:end])
 
 
 def decode_string(text: bytes) -> str | None:
@@ -143,3 +86,149 @@ def is_plain_delta(obj: dict[str, Any]) -> bool:
         and obj.get("usage") is None
         and isinstance(obj.get("obfuscation", ""), str)
     )
+
+
+# -- the shape of a delta: literal bytes around its string holes -----------------------------
+
+TEXT = 0  # the delta's text: decoded and returned
+PAD = 1  # a string nothing reads (OpenAI's `obfuscation`): only checked to be a valid string
+# Shapes are learnt from events up to this size; real deltas are a few hundred bytes.
+SHAPE_MAX_BYTES = 4096
+
+
+class Shape:
+    """A delta event that was parsed and verified, as literal bytes around string holes.
+
+    A later event that matches it byte for byte outside the holes, with a valid JSON string
+    in each, is the same object with other strings there: only its text is decoded. The
+    checks are C-level compares and searches; nothing else is parsed.
+
+    `match` takes an event's data; `match_block` a piece of a chunk that must be exactly the
+    SSE block `data: ` + data + blank line (`event: NAME` first for a named event), which
+    proves it is one event: the literals hold no line end and the holes no control character.
+    """
+
+    __slots__ = ("block_head", "block_tail", "head", "holes", "last", "tail")
+
+    def __init__(
+        self,
+        prefix: bytes,
+        head: bytes,
+        holes: tuple[tuple[int, bytes], ...],
+        last: int,
+        tail: bytes,
+    ) -> None:
+        self.head = head  # the data up to the first hole
+        self.block_head = prefix + head
+        self.holes = holes  # (kind, the literal after it) for every hole but the last
+        self.last = last  # the kind of the last hole
+        self.tail = tail  # from the closing quote of the last hole to the end
+        self.block_tail = tail + b"\n\n"
+
+    @classmethod
+    def learn(cls, name: str, data: bytes, holes: list[tuple[bytes, int, str]]) -> Shape | None:
+        """The shape of `data`, the bytes of a parsed and verified delta of type `name`, with
+        a hole at the string value of each (key, kind, the value the parser read there).
+
+        Each hole's key must occur once in `data` (so its value is the one the parser read:
+        the parser keeps the last of repeated keys) and the literals hold no backslash (no key
+        spelled with an escape), no line end, and only valid UTF-8.
+        """
+        if len(data) > SHAPE_MAX_BYTES or not holes:
+            return None
+        spans: list[tuple[int, int, int]] = []
+        for key, kind, expected in holes:
+            if data.count(key) != 1:
+                return None
+            at = _skip_space(data, data.index(key) + len(key))
+            if data[at : at + 1] != b":":
+                return None
+            first = _skip_space(data, at + 1)
+            if data[first : first + 1] != b'"':
+                return None
+            end = string_end(data, first + 1)
+            if end < 0 or decode_string(data[first + 1 : end]) != expected:
+                return None
+            spans.append((first + 1, end, kind))
+        spans.sort()
+        literals = [data[: spans[0][0]]]
+        literals += [data[end:first] for (_, end, _), (first, _, _) in pairwise(spans)]
+        literals.append(data[spans[-1][1] :])
+        for literal in literals:
+            if b"\\" in literal or b"\n" in literal or b"\r" in literal:
+                return None
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return None
+        prefix = b"data: " if name == "message" else b"event: " + name.encode() + b"\ndata: "
+        kinds = [kind for _, _, kind in spans]
+        holes_after = tuple(zip(kinds[:-1], literals[1:-1], strict=True))
+        shape = cls(prefix, literals[0], holes_after, kinds[-1], literals[-1])
+        return shape if shape.match(data) is not None else None
+
+    def match(self, data: bytes) -> str | None:
+        """The text of an event's data of this shape, else None."""
+        return self.match_block(data, 0, len(data), False)
+
+    def match_block(self, buf: bytes, start: int, stop: int, block: bool = True) -> str | None:
+        """The text of `buf[start:stop]` if it is exactly this shape's SSE block (with
+        `block`; else its data), else None. Inlined: this runs per event."""
+        if block:
+            head, tail = self.block_head, self.block_tail
+        else:
+            head, tail = self.head, self.tail
+        if not buf.startswith(head, start) or not buf.endswith(tail, start, stop):
+            return None
+        pos = start + len(head)
+        text = ""
+        for kind, literal in self.holes:
+            end = buf.find(b'"', pos)
+            if end < 0:
+                return None
+            if buf[end - 1] == 92:  # an escaped quote, or an escaped backslash
+                end = string_end(buf, pos)
+            if end < 0 or not buf.startswith(literal, end):
+                return None
+            body = buf[pos:end]
+            if kind == PAD:
+                if not body.isalnum() and decode_string(body) is None:
+                    return None
+            elif b"\\" in body:
+                value = decode_string(body)
+                if value is None:
+                    return None
+                text = value
+            else:
+                try:
+                    text = body.decode()
+                except UnicodeDecodeError:
+                    return None
+                if not text.isprintable() and _CONTROL.search(text):
+                    return None  # JSON forbids them raw in a string
+            pos = end + len(literal)
+        end = stop - len(tail)  # the last hole ends where the tail starts
+        if end < pos:
+            return None
+        body = buf[pos:end]
+        if self.last == PAD:
+            if body.isalnum():
+                return text
+        elif b'"' not in body and b"\\" not in body:
+            try:
+                value = body.decode()
+            except UnicodeDecodeError:
+                return None
+            return value if value.isprintable() or not _CONTROL.search(value) else None
+        if b'"' in body and string_end(buf, pos) != end:
+            return None  # the string closes before: the tail only looks alike
+        value = decode_string(body)
+        if value is None:
+            return None
+        return value if self.last == TEXT else text
+
+
+def _skip_space(data: bytes, at: int) -> int:
+    while data[at : at + 1] in (b" ", b"\t"):
+        at += 1
+    return at

@@ -12,11 +12,12 @@ from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .azure import filter_anomalies, is_annotation
 from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
-from .fastpath import PlainShape, is_plain_delta
+from .fastpath import PAD, TEXT, Shape, is_plain_delta
 from .spec import DialectSpec, Drills, done_marker, generic_error
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
+FIRST_PART = (0, 0)  # choice 0, its only part: where a plain delta's text goes
 CUT_SHORT = {"length": FinishCategory.LENGTH, "content_filter": FinishCategory.CONTENT_FILTER}
 
 
@@ -39,7 +40,20 @@ class OpenAIChatAssembler(Assembler):
         super().__init__()
         self.finish: dict[int, str | None] = {}  # choice index -> last non-null finish_reason
         self.done = False
-        self.plain: PlainShape | None = None  # shape of a verified plain delta
+        self.plain: Shape | None = None  # shape of a verified plain delta
+
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
+        plain = self.plain
+        if plain is None or self.done:
+            return False
+        text = plain.match_block(buf, start, stop)
+        if text is None:
+            return False
+        self.last_event = "chunk"
+        if text:
+            self.text.add(FIRST_PART, text)
+            self.content_deltas += 1
+        return True
 
     def on_event(self, event: SSEEvent) -> None:
         data = event.data
@@ -61,10 +75,10 @@ class OpenAIChatAssembler(Assembler):
         etype = event.type
         self.last_event = etype if etype != "message" else "chunk"
         if self.plain is not None and etype == "message":
-            text = self.plain.text(event.raw)
+            text = self.plain.match(event.raw)
             if text is not None:
                 if text:
-                    self.text.add((0, 0), text)
+                    self.text.add(FIRST_PART, text)
                     self.content_deltas += 1
                 return
         obj = self.parse(data)
@@ -76,7 +90,10 @@ class OpenAIChatAssembler(Assembler):
             self.set_error(obj)
         self.on_chunk(obj)
         if self.fast_path and etype == "message" and is_plain_delta(obj):
-            self.plain = PlainShape.of(event.raw)
+            holes = [(b'"content"', TEXT, obj["choices"][0]["delta"]["content"])]
+            if "obfuscation" in obj:
+                holes.append((b'"obfuscation"', PAD, obj["obfuscation"]))
+            self.plain = Shape.learn("message", event.raw, holes)
 
     def on_chunk(self, obj: dict[str, Any]) -> None:
         if self.response_id is None and isinstance(obj.get("id"), str) and obj["id"]:

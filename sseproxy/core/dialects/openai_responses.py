@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+
 from ..events import SSEEvent
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .base import (
@@ -61,6 +63,9 @@ FAST_DELTAS = frozenset(
     }
 )
 
+# The `event:` line of a block that `take_block` recognises -> the type it sets.
+FAST_DELTA_LINES = {name.encode(): name for name in FAST_DELTAS}
+
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
@@ -90,6 +95,30 @@ class OpenAIResponsesAssembler(Assembler):
         self.done_parts: set[tuple[str, str, int]] = set()
         self.has_function_calls = False
 
+    def take_block(self, buf: bytes, start: int, stop: int) -> bool:
+        """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
+        if not buf.startswith(b"event: ", start) or self.terminal or not self.fast_path:
+            return False
+        first = buf.find(b"\n", start, stop)
+        name = FAST_DELTA_LINES.get(buf[start + 7 : first])
+        end = stop - 2
+        if (
+            name is None
+            or buf.find(b"\n", first + 1, stop) != end
+            or buf[stop - 1] != 10
+            or not buf.startswith(b"data: ", first + 1)
+            or buf.find(b"\r", start, stop) >= 0
+        ):
+            return False  # not a known delta's `event:` line, one `data:` line, a blank line
+        try:
+            obj = orjson.loads(buf[first + 7 : end])
+        except orjson.JSONDecodeError:
+            return False  # invalid JSON or UTF-8: the full path counts it
+        if type(obj) is not dict or obj.get("type") != name:
+            return False  # the full path decides what it is
+        self.on_delta(name, obj)
+        return True
+
     def on_event(self, event: SSEEvent) -> None:
         if event.data == "[DONE]":  # not Responses protocol; OpenRouter appends it
             self.last_event = "[DONE]"
@@ -103,19 +132,7 @@ class OpenAIResponsesAssembler(Assembler):
             and obj.get("type") == name
             and not self.terminal
         ):
-            # Nearly every event: a delta named alike by `event:` and JSON. What the checks
-            # below would decide for it, decided at once.
-            self.last_event = name
-            seq = obj.get("sequence_number")
-            if (
-                type(seq) is int
-                and self.last_sequence is not None
-                and seq == self.last_sequence + 1
-            ):
-                self.last_sequence = seq  # the next one, as `check_sequence` would record it
-            else:
-                self.check_sequence(seq)
-            self.dispatch(name, obj)
+            self.on_delta(name, obj)
             return
         if not isinstance(obj, dict):
             self.last_event = event.type if event.type != "message" else "chunk"
@@ -136,6 +153,20 @@ class OpenAIResponsesAssembler(Assembler):
             self.anomalies["events_after_terminal"] += 1
             return
         self.dispatch(etype, obj)
+
+    def on_delta(self, name: str, obj: dict[str, Any]) -> None:
+        """Nearly every event: a delta named alike by `event:` and JSON, before the terminal.
+        What the checks of `on_event` would decide for it, decided at once."""
+        self.last_event = name
+        seq = obj.get("sequence_number")
+        if type(seq) is int and self.last_sequence is not None and seq == self.last_sequence + 1:
+            self.last_sequence = seq  # the next one, as `check_sequence` would record it
+        else:
+            self.check_sequence(seq)
+        if name == "response.output_text.delta":
+            self.on_part_delta("text", obj)  # what dispatch does first, one call sooner
+        else:
+            self.dispatch(name, obj)
 
     def check_sequence(self, seq: Any) -> None:
         if not isinstance(seq, int):
@@ -182,10 +213,10 @@ class OpenAIResponsesAssembler(Assembler):
         key = (item if type(item) is str else ident(item), index)
         if self.done_parts and (str(key[0]), kind, index) in self.done_parts:
             self.anomalies["delta_after_done"] += 1
-        if kind == "text":
-            self.add_text(key, obj.get("delta"))
-        else:
-            self.add_refusal(key, obj.get("delta"))
+        delta = obj.get("delta")
+        if type(delta) is str and delta:  # add_text / add_refusal, inlined
+            (self.text if kind == "text" else self.refusal).add(key, delta)
+            self.content_deltas += 1
 
     def call_for(self, obj: dict[str, Any]) -> ToolCallBuffer:
         self.has_function_calls = True
