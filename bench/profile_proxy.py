@@ -24,7 +24,9 @@ from sseproxy.config import load
 from sseproxy.proxy import create_app
 
 
-async def serve_and_load(args: argparse.Namespace, upstream: str) -> int:
+async def serve_and_load(args: argparse.Namespace, upstream: str) -> tuple[int, float]:
+    """(events relayed, proxy CPU seconds while the load ran: start-up and shutdown excluded,
+    as bench.proxy measures)."""
     log.configure("json", "info", io.StringIO(), cache=False)
     if args.naive:
         from bench import naive_proxy
@@ -41,6 +43,7 @@ async def serve_and_load(args: argparse.Namespace, upstream: str) -> int:
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
+    cpu = time.process_time()
     load_proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -59,10 +62,11 @@ async def serve_and_load(args: argparse.Namespace, upstream: str) -> int:
         stdout=subprocess.PIPE,
     )
     out, _ = await load_proc.communicate()
+    cpu = time.process_time() - cpu
     print(out.decode())
     await runner.cleanup()
     events: int = json.loads(out)["events"]
-    return events
+    return events, cpu
 
 
 def main() -> None:
@@ -99,22 +103,20 @@ def main() -> None:
         # be charged to whichever function was running (a socket write, a log line).
         timer = time.process_time if args.timer == "cpu" else time.perf_counter
         profiler = cProfile.Profile(timer)
-        cpu = time.process_time()
         if not args.no_profile:
             profiler.enable()
         coro = serve_and_load(args, f"http://127.0.0.1:{up_port}")
         if args.uvloop:
             import uvloop
 
-            events = uvloop.run(coro)
+            events, cpu = uvloop.run(coro)
         else:
-            events = asyncio.run(coro)
+            events, cpu = asyncio.run(coro)
         profiler.disable()
-        cpu = time.process_time() - cpu
     finally:
         upstream.terminate()
         upstream.wait(30)
-    print(f"proxy CPU: {cpu:.2f} s, {cpu / max(events, 1) * 1e6:.1f} µs per event")
+    print(f"proxy CPU under load: {cpu:.2f} s, {cpu / max(events, 1) * 1e6:.1f} µs per event")
     if not args.no_profile:
         stats = pstats.Stats(profiler)
         if args.save:

@@ -50,6 +50,7 @@ class InlineRelay:
 
     __slots__ = (
         "_account",
+        "_again",
         "_capture",
         "_chunked",
         "_client",
@@ -89,6 +90,7 @@ class InlineRelay:
         self._loop = asyncio.get_running_loop()
         self._done: asyncio.Future[None] | None = None
         self._draining = False
+        self._again = False
         self._error: BaseException | None = None
 
     def ready(self) -> bool:
@@ -122,19 +124,23 @@ class InlineRelay:
     def drain(self) -> None:
         """Take every chunk aiohttp has buffered (called from the upstream's data callback)."""
         done = self._done
-        if done is None or done.done() or self._draining:
+        if done is None or done.done():
+            return
+        if self._draining:
             # Re-entered: taking a chunk can resume aiohttp's reading, which parses what it
             # held back and calls back here. The outer call takes those chunks, in order.
+            self._again = True
             return
         content = self._content
         self._draining = True
         try:
-            while content.exception() is None:
+            again = True
+            while again and content.exception() is None:
+                self._again = False
                 chunk = content.read_nowait()  # all that is buffered, as `readany()` returns
-                if not chunk:
-                    break
-                if not self._relay(chunk):
+                if chunk and not self._relay(chunk):
                     return
+                again = self._again
             if content.is_eof() or content.exception() is not None:
                 self.wake()
         except Exception as exc:  # a bug of ours: the task raises it, nothing else breaks
