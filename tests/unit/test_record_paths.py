@@ -463,7 +463,10 @@ request_secrets = st.sampled_from([(), (KEY,), ("secret-value-1",), ("secret-val
 def test_redact_is_the_reference_redaction(record: dict[str, Any], found: tuple[str, ...]) -> None:
     new, old = Secrets(found).redact(record), OldSecrets(found).redact(record)
     assert new == old
-    assert (new is record) == (old is record)  # a clean record is passed on uncopied
+    # A clean record is passed on uncopied. (The new redaction remembers strings it found
+    # clean, so it may pass on uncopied a record the reference copied unchanged.)
+    if old is record:
+        assert new is record
 
 
 def test_redact_passes_the_bench_records_on_uncopied() -> None:
