@@ -103,52 +103,33 @@ class StreamTap:
             sse, assembler, take_block = direct
             before = assembler.content_deltas
             try:
-                if take_block is not None and sse.ready:
-                    # The usual blocks of deltas, taken by the dialect without an event: first
-                    # the usual chunk, one block; else block by block while they come (the
-                    # decoder resumes at the first other block).
-                    size = len(chunk)
-                    cap = sse.max_event_bytes
-                    if size <= cap and take_block(chunk, 0, size):
-                        sse.pos += size
-                        self.events += 1
-                        return assembler.content_deltas - before
-                    end = chunk.find(b"\n\n") + 2
-                    if end < size:  # several blocks, or none whole
-                        pos = taken = 0
-                        while 2 <= end - pos <= cap and take_block(chunk, pos, end):
-                            taken += 1
-                            pos = end
-                            end = chunk.find(b"\n\n", pos) + 2
-                        if taken:
-                            self.events += taken
-                            sse.pos += pos
-                            if pos == size:
-                                return assembler.content_deltas - before
-                            chunk = chunk[pos:]
+                if take_block is not None:
+                    if sse.ready:
+                        # The usual chunk: one block of a delta, taken without an event.
+                        size = len(chunk)
+                        if size <= sse.max_event_bytes and take_block(chunk, 0, size):
+                            sse.pos += size
+                            self.events += 1
+                            return assembler.content_deltas - before
+                        several = chunk.find(b"\n\n") + 2 < size
+                    else:
+                        # A block began in an earlier chunk (a bulk read ends anywhere): the
+                        # decoder completes it, and the blocks after it can be taken whole.
+                        end = chunk.find(b"\n\n") + 2
+                        several = 2 <= end < len(chunk)
+                        if several:
+                            self._frames(sse.feed(chunk[:end]), assembler)
+                            chunk = chunk[end:]
+                    if several and sse.ready:
+                        chunk = self._take_blocks(chunk, sse, take_block)
+                        if not chunk:
+                            return assembler.content_deltas - before
                 event = sse.whole_event(chunk)
                 if event is not None:  # the usual chunk: one event, nothing held
                     assembler.on_event(event)
                     self.events += 1
                     return assembler.content_deltas - before
-                frames = sse.feed(chunk)
-                if len(frames) == 1:
-                    frame = frames[0]
-                    if type(frame) is Comment:
-                        self.comments += 1
-                    else:
-                        assembler.on_event(frame)  # type: ignore[arg-type]
-                        self.events += 1
-                elif frames:
-                    on_event = assembler.on_event
-                    comments = 0
-                    for frame in frames:
-                        if type(frame) is Comment:
-                            comments += 1
-                        else:
-                            on_event(frame)  # type: ignore[arg-type]
-                    self.comments += comments
-                    self.events += len(frames) - comments
+                self._frames(sse.feed(chunk), assembler)
             except Exception:
                 if self.options.strict:
                     raise
@@ -172,6 +153,45 @@ class StreamTap:
             )
             self._direct = (reader.decoder, assembler, take_block)
         return deltas
+
+    def _take_blocks(
+        self, chunk: bytes, sse: SSEDecoder, take_block: Callable[[bytes, int, int], bool]
+    ) -> bytes:
+        """Take the usual blocks of deltas at the start of `chunk` without events, while they
+        come; returns what is left from the first other block on, for the decoder."""
+        size = len(chunk)
+        cap = sse.max_event_bytes
+        pos = taken = 0
+        end = chunk.find(b"\n\n") + 2
+        while 2 <= end - pos <= cap and take_block(chunk, pos, end):
+            taken += 1
+            pos = end
+            end = chunk.find(b"\n\n", pos) + 2
+        if not taken:
+            return chunk
+        self.events += taken
+        sse.pos += pos
+        return b"" if pos == size else chunk[pos:]
+
+    def _frames(self, frames: list[Frame], assembler: Assembler) -> None:
+        """Hand the decoder's frames to the assembler and count them."""
+        if len(frames) == 1:
+            frame = frames[0]
+            if type(frame) is Comment:
+                self.comments += 1
+            else:
+                assembler.on_event(frame)  # type: ignore[arg-type]
+                self.events += 1
+        elif frames:
+            on_event = assembler.on_event
+            comments = 0
+            for frame in frames:
+                if type(frame) is Comment:
+                    comments += 1
+                else:
+                    on_event(frame)  # type: ignore[arg-type]
+            self.comments += comments
+            self.events += len(frames) - comments
 
     @property
     def backlog(self) -> bool:

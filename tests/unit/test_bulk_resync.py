@@ -1,0 +1,60 @@
+"""Bulk reads end anywhere: after a chunk that ends inside a block, the tap lets the decoder
+complete that block and takes the whole blocks after it on the block path again. Any cut of
+the same bytes gives the result of the full parse, and the blocks after a cut are really taken
+without events."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sseproxy.core import Dialect, StreamTap, TapOptions
+from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
+from tests.unit.test_block_paths import CHAT_END, CHAT_VARIANTS, chat, full_parse, observe
+
+DELTAS = [chat(b"d%d" % i, pad=b"t%d" % (1000 + i)) for i in range(12)]
+
+
+def cut(body: bytes, offsets: list[int]) -> list[bytes]:
+    marks = sorted({0, len(body), *(o % (len(body) + 1) for o in offsets)})
+    return [body[a:b] for a, b in pairwise(marks) if b > a]
+
+
+@given(
+    st.lists(st.sampled_from(list(CHAT_VARIANTS)), max_size=4),
+    st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=8),
+)
+def test_any_cut_of_a_bulk_stream_agrees_with_the_full_parse(
+    names: list[str], offsets: list[int]
+) -> None:
+    body = b"".join([chat(), *DELTAS[:6], *(CHAT_VARIANTS[n] for n in names), *DELTAS[6:]])
+    chunks = cut(body + CHAT_END, offsets)
+    fast = observe(chunks, Dialect.OPENAI_CHAT, cap=256)
+    with full_parse(Dialect.OPENAI_CHAT):
+        assert observe(chunks, Dialect.OPENAI_CHAT, cap=256) == fast
+
+
+def test_the_blocks_after_a_cut_inside_a_block_are_taken_without_events(monkeypatch) -> None:
+    taken: list[bytes] = []
+    original = OpenAIChatAssembler.take_block
+
+    def spy(self: OpenAIChatAssembler, buf: bytes, start: int, stop: int) -> bool:
+        ok = original(self, buf, start, stop)
+        if ok:
+            taken.append(buf[start:stop])
+        return ok
+
+    monkeypatch.setattr(OpenAIChatAssembler, "take_block", spy)
+    tap = StreamTap(Dialect.OPENAI_CHAT, options=TapOptions(strict=True))
+    tap.feed(chat())  # learns the shape
+    first, rest = DELTAS[0], b"".join(DELTAS[1:])
+    tap.feed(first[:10])  # a read that ends inside a block
+    tap.feed(first[10:] + rest)  # its end, then eleven whole blocks
+    assert taken == DELTAS[1:]
+    tap.feed(CHAT_END)
+    verdict: Any = tap.close()
+    assert verdict.state == "completed" and tap.events == 1 + len(DELTAS) + 2
+    assert tap.primary_text() == "hi" + "".join(f"d{i}" for i in range(12))
