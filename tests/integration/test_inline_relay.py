@@ -13,6 +13,7 @@ import pytest
 
 from sseproxy.shell import record as records
 from sseproxy.shell.inline import InlineRelay
+from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import Script, Send, Sleep
 from tests.integration.raw_upstream import WireUpstream
 from tests.streams import chat_chunk, sse
@@ -168,3 +169,26 @@ async def test_a_bug_of_ours_in_the_inline_path_breaks_the_client_and_keeps_the_
     [record] = await logs.wait(1)
     assert record["state"] == "http_error" and record["error"]["type"] == "sseproxy_internal_error"
     assert "a bug in the bookkeeping" in record["error"]["message"]
+
+
+async def test_an_http10_client_gets_the_body_unframed_and_whole(
+    upstream, proxy_server, logs, inline_chunks
+) -> None:
+    """HTTP/1.0 has no chunked encoding: the inline path writes the bytes as they came and
+    the end is the close, as aiohttp's own writer does."""
+    fake, url = upstream
+    events = numbered(30)
+    steps: list[Send | Sleep] = []
+    for event in events:
+        steps += [Send(event), Sleep(0.002)]
+    fake.script(PATH, Script(steps))
+    proxy = await proxy_server(url)
+    port = int(proxy.rsplit(":", 1)[1])
+    request = b"POST " + PATH.encode() + b" HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}"
+    raw = await raw_exchange(port, request)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    assert body == b"".join(events)
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed" and record["client_bytes"] == len(body)
+    assert sum(inline_chunks) == len(body) - len(events[0])
