@@ -119,6 +119,15 @@ def json_ready(record: Any) -> Any:
     return record
 
 
+def json_rendered(record: Any) -> tuple[Any, bytes | None]:
+    """`json_ready(record)`, and the JSON that test rendered (`_JSON_OPTIONS`) when `record`
+    passed it as it is: the log line reuses it instead of rendering the record again."""
+    try:
+        return record, orjson.dumps(record, option=_JSON_OPTIONS)
+    except TypeError:
+        return json_safe(record), None
+
+
 def dumps(obj: Any, **_: Any) -> str:
     """JSON for any record: never raises. The fast path is orjson as is; a record it refuses
     (a lone surrogate, an integer beyond 64 bits, nesting too deep) is rebuilt value by value."""
@@ -267,9 +276,10 @@ class _Direct:
 _direct: _Direct | None = None
 
 
-def request_finished(record: Mapping[str, Any], level: int) -> None:
+def request_finished(record: Mapping[str, Any], level: int, rendered: bytes | None = None) -> None:
     """Log a request's record: the line the processor chain writes, as one orjson dump of a
-    prebuilt dict.
+    prebuilt dict. `rendered`, the record's own orjson rendering (`_JSON_OPTIONS`) when the
+    caller has it, is spliced in after the leading fields instead of rendered again.
 
     The record was redacted once with the request's own secrets (`Secrets.redact`, which does
     all `redact_processor` does and more), so the chain would only re-walk it. Any other case
@@ -291,6 +301,11 @@ def request_finished(record: Mapping[str, Any], level: int) -> None:
         return
     line = {"timestamp": None, "level": LEVEL_NAMES[level], "event": "request.finished"}
     direct.stamper(None, "", line)  # the chain's own clock and format, in its first place
+    if rendered is not None and rendered.startswith(b"{") and rendered != b"{}":
+        # the bytes `dumps` would write for the whole line: the same dict, rendered in two parts
+        head = orjson.dumps(line, option=_JSON_OPTIONS)
+        direct.logger.msg((head[:-1] + b"," + rendered[1:]).decode())
+        return
     line.update(record)
     direct.logger.msg(dumps(line))
 

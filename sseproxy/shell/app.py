@@ -141,14 +141,14 @@ def finish(state: ProxyState, x: Exchange, content_timeout: float | None = None)
     """Build the record once, after the client's response has ended, and hand it to sinks."""
     try:
         verdict, pacing = records.verdict_of(x.facts, x.progress, content_timeout)
-        record = records.build(x.facts, x.progress, verdict, pacing)
+        record, rendered = records.build_rendered(x.facts, x.progress, verdict, pacing)
         if verdict.error is not None and isinstance(record.get("error"), Mapping):
             # tracing reads the error message from the verdict: the redacted one
             verdict = verdict.replace(error=ErrorInfo(**record["error"]))
     except Exception as exc:  # never lose the record: a minimal one says what is known
         verdict = Verdict(dialect=Dialect.SSE, state=State.UNCONFIRMED)
-        record = records.fallback(x.facts, x.progress, exc)
-    deliver(state, x.facts, x.progress, verdict, record)
+        record, rendered = records.fallback(x.facts, x.progress, exc), None
+    deliver(state, x.facts, x.progress, verdict, record, rendered)
 
 
 def release(state: ProxyState, x: Exchange) -> None:

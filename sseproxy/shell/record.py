@@ -17,7 +17,7 @@ from ..core.pacing import Pacing, PacingSummary
 from ..core.request import RequestFacts as CoreRequestFacts
 from ..delivery import ClientDelivery
 from ..inspector import StreamView
-from ..log import json_ready, json_safe
+from ..log import json_rendered, json_safe
 from ..redact import Secrets
 from .tapping import close_tap
 
@@ -172,6 +172,17 @@ def build(
     pacing: PacingSummary | None = None,
 ) -> Record:
     """The record: every field a sink may use, redacted once, JSON-safe, read-only."""
+    return build_rendered(facts, progress, verdict, pacing)[0]
+
+
+def build_rendered(
+    facts: RequestFacts,
+    progress: Progress,
+    verdict: Verdict,
+    pacing: PacingSummary | None = None,
+) -> tuple[Record, bytes | None]:
+    """`build`'s record, and its JSON as `log.json_ready`'s test rendered it (None when the
+    record had to be rebuilt): the log line reuses it instead of rendering it again."""
     body = verdict.to_dict()
     response_model = body.pop("model")
     route = facts.route
@@ -204,7 +215,8 @@ def build(
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
         fields["no_body_expected"] = True
     # Once: every sink gets only this, redacted and serialisable as JSON.
-    return MappingProxyType(json_ready(facts.secrets.redact(fields)))
+    ready, rendered = json_rendered(facts.secrets.redact(fields))
+    return MappingProxyType(ready), rendered
 
 
 def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:

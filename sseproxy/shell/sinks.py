@@ -35,10 +35,18 @@ def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
 
 
 def deliver(
-    state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
+    state: ProxyState,
+    facts: RequestFacts,
+    progress: Progress,
+    verdict: Verdict,
+    record: Record,
+    rendered: bytes | None = None,
 ) -> None:
-    """Hand the one record to every sink; none sees anything the record does not hold."""
-    safecall(state, "log", lambda: request_finished(record, level_for(str(record["state"]))))
+    """Hand the one record to every sink; none sees anything the record does not hold.
+    `rendered`: the record's JSON, when `record.build_rendered` has it."""
+    safecall(
+        state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
+    )
     safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
     inspector = state.inspector
     tap = progress.tap
