@@ -65,11 +65,11 @@ class Exchange:
     def __init__(self, request: web.Request) -> None:
         start = time.monotonic()
         # Rebuilt with the body once it is read; every sink gets what these redact.
-        secrets = Secrets.from_request(request.headers, request.raw_path, b"")
+        secrets, path = Secrets.of_request(request.headers, request.raw_path)
         self.facts = RequestFacts(
             request_id=uuid.uuid4().hex,
             method=request.method,
-            path=secrets.redact_target(request.raw_path),
+            path=path,
             started_at=time.time(),
             start=start,
             headers=request.headers,

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from bench.record_cost import CASES, exchange
 from sseproxy import log
+from sseproxy import redact as redact_module
 from sseproxy.log import json_ready, json_rendered
-from sseproxy.redact import Secrets
+from sseproxy.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
 from sseproxy.shell import record as records
 from tests.unit.test_record_paths import (
     built_records,
@@ -83,3 +87,103 @@ def test_a_built_record_logs_the_same_line_with_or_without_its_rendering(
     assert unstamped(line(record, logging.INFO, rendered)) == unstamped(
         line(record, logging.INFO, None)
     )
+
+
+# -- a request's secrets and redacted target, in one look at the target -----------------------
+
+
+def old_from_request(headers: Mapping[str, str], raw_target: str) -> Secrets:
+    """Secrets.from_request before the name cache and the target's prefilter (reference,
+    verbatim but for the body, which is empty here)."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in SECRET_KEYS or SENSITIVE_NAME.search(lower):
+            redact_module._header_values(lower, value, found)
+    for match in redact_module._TARGET_PARAM.finditer(raw_target):
+        if redact_module._decoded(match.group("name")).lower() in SECRET_KEYS:
+            value = match.group("value")
+            found.update((value, unquote(value), redact_module._decoded(value)))
+    return Secrets(tuple(found))
+
+
+def old_redact_target(secrets: Secrets, raw_target: str) -> str:
+    """Secrets.redact_target before `_secret_name` (reference, verbatim)."""
+
+    def param(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if not match.group("value") or redact_module._decoded(name).lower() not in SECRET_KEYS:
+            return match.group(0)
+        return match.group("lead") + match.group("name") + match.group("eq") + REDACTED
+
+    return secrets.redact_text(redact_module._TARGET_PARAM.sub(param, raw_target))
+
+
+TARGET_PIECES = [
+    "/v1/chat/completions",
+    "/v1/x",
+    "?",
+    "&",
+    ";",
+    "#",
+    "=",
+    "%3F",
+    "%253F",
+    "%3D",
+    "%26",
+    "+",
+    "key",
+    "KEY",
+    "\u212aey",  # the Kelvin sign: "key" once lowered
+    "api_key",
+    "x-api-key",
+    "ke%79",
+    "token",
+    "monkey",
+    "password",
+    "alt=sse",
+    "events=1",
+    "sk-proj-abcdefgh1234",
+    "secret-value-1",
+    "https://u:p@h",
+]
+targets = st.lists(st.sampled_from(TARGET_PIECES), max_size=8).map(lambda p: "/" + "".join(p))
+HEADER_NAMES = ["Authorization", "Cookie", "X-Api-Key", "X-Custom-Token", "Accept", "Host"]
+HEADER_VALUES = ["Bearer secret-value-1", "a=secret-value-1; b=2", "Basic dTpzZWNyZXRwdzE=", "*/*"]
+headers = st.lists(
+    st.tuples(st.sampled_from(HEADER_NAMES), st.sampled_from(HEADER_VALUES)), max_size=4
+).map(lambda pairs: CIMultiDictProxy(CIMultiDict(pairs)))
+
+
+@given(headers, targets)
+def test_of_request_is_from_request_and_redact_target(
+    request_headers: CIMultiDictProxy[str], target: str
+) -> None:
+    expected = old_from_request(request_headers, target)
+    secrets, path = Secrets.of_request(request_headers, target)
+    assert secrets == expected
+    assert path == old_redact_target(expected, target)
+    assert Secrets.from_request(request_headers, target, b"") == expected
+    assert secrets.redact_target(target) == path
+
+
+def test_of_request_finds_credential_parameters() -> None:
+    target = "/v1/x?alt=sse&Key=secret-value-1;ke%2579=another-value-2"
+    secrets, path = Secrets.of_request(CIMultiDictProxy(CIMultiDict()), target)
+    assert set(secrets.values) == {"secret-value-1", "another-value-2"}
+    assert path == "/v1/x?alt=sse&Key=[redacted];ke%2579=[redacted]"
+    secrets, path = Secrets.of_request(
+        CIMultiDictProxy(CIMultiDict({"Authorization": "Bearer secret-value-1"})),
+        "/v1/x/secret-value-1?monkey=1",
+    )
+    assert path == "/v1/x/" + "*" * 14 + "?monkey=1"
+
+
+def test_header_names_are_remembered_up_to_their_bound(monkeypatch: Any) -> None:
+    monkeypatch.setattr(redact_module, "_HEADER_NAMES", {})
+    monkeypatch.setattr(redact_module, "MAX_HEADER_NAMES", 2)
+    pairs = [("A", "x"), ("X-Session", "session-value-1"), ("B", "y")]
+    for _ in range(2):  # past the bound: looked at as before, never remembered
+        secrets, _path = Secrets.of_request(CIMultiDictProxy(CIMultiDict(pairs)), "/")
+        assert secrets.values == ("session-value-1",)
+    assert redact_module._HEADER_NAMES == {"A": False, "X-Session": True}
