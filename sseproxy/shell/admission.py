@@ -5,7 +5,7 @@ stream slot; any refusal is a `Refused` the handler turns into the proxy's own r
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -63,7 +63,7 @@ async def admit(
             f"no configured route matches {request.path}",
             routes=[r.describe() for r in settings.routes],
         )
-    x.facts = dataclasses.replace(x.facts, route=route)
+    x.facts = x.facts.routed(route)
     body = await read_body(request, x, state, settings)
     if state.active >= settings.max_concurrent_streams:
         raise Refused(503, "overloaded", "too many concurrent streams")
@@ -77,7 +77,7 @@ async def admit(
         raise Refused(status, "injection", str(exc)) from exc
     asked = request_facts(request.path, request.query_string, body)
     secrets = x.facts.secrets.with_body(body)
-    return dataclasses.replace(x.facts, body=body, asked=asked, inject_rules=rules, secrets=secrets)
+    return x.facts.admitted(body, asked, rules, secrets)
 
 
 async def read_body(
@@ -93,8 +93,10 @@ async def read_body(
         raise Refused(503, "overloaded", "request bodies in flight exceed the limit", close=True)
     parts: list[bytes] = []
     size = 0
+    # A body that has arrived whole is read without waiting: no timer to arm and cancel.
+    whole = request.content.is_eof()
     try:
-        async with asyncio.timeout(settings.request_timeout):
+        async with contextlib.nullcontext() if whole else asyncio.timeout(settings.request_timeout):
             while chunk := await request.content.readany():
                 size += len(chunk)
                 x.body_bytes += len(chunk)

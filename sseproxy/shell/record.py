@@ -45,6 +45,44 @@ class RequestFacts:
     secrets: Secrets = field(default_factory=lambda: Secrets.from_request({}, "/", b""))
     asked: CoreRequestFacts = field(default_factory=CoreRequestFacts)  # for the core's checks
 
+    def routed(self, route: Route) -> RequestFacts:
+        """These facts with their route (`dataclasses.replace`, built directly: per request)."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            route,
+            self.body,
+            self.inject_rules,
+            self.headers,
+            self.secrets,
+            self.asked,
+        )
+
+    def admitted(
+        self,
+        body: bytes,
+        asked: CoreRequestFacts,
+        inject_rules: tuple[Rule, ...],
+        secrets: Secrets,
+    ) -> RequestFacts:
+        """These facts with what the body and the drill header say."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            self.route,
+            body,
+            inject_rules,
+            self.headers,
+            secrets,
+            asked,
+        )
+
 
 @dataclass
 class Timings:

@@ -52,7 +52,7 @@ def deliver(
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
     text = facts.secrets.redact_text(text) if text else text
-    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, dict(record), text))
+    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, record, text))
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:

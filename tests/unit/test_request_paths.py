@@ -4,6 +4,8 @@ the record rendered once for json_ready and the log line. The references are the
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import io
 import logging
 import re
@@ -12,17 +14,27 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
+import aiohttp
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy, istr
+from yarl import URL
 
 from bench.record_cost import CASES, exchange
 from sseproxy import log
 from sseproxy import redact as redact_module
+from sseproxy.config import Route
+from sseproxy.core import TapOptions
+from sseproxy.core.inject import parse_rules
+from sseproxy.core.request import RequestFacts as CoreRequestFacts
+from sseproxy.inspector import Inspector, StreamView, Viewer
 from sseproxy.log import json_ready, json_rendered
 from sseproxy.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
 from sseproxy.shell import record as records
+from sseproxy.shell import upstream
+from sseproxy.shell.admission import INJECT_HEADER
+from sseproxy.shell.tapping import tap_options
 from tests.unit.test_record_paths import (
     built_records,
     request_secrets,
@@ -187,3 +199,115 @@ def test_header_names_are_remembered_up_to_their_bound(monkeypatch: Any) -> None
         secrets, _path = Secrets.of_request(CIMultiDictProxy(CIMultiDict(pairs)), "/")
         assert secrets.values == ("session-value-1",)
     assert redact_module._HEADER_NAMES == {"A": False, "X-Session": True}
+
+
+# -- forwarded request headers -----------------------------------------------------------------
+
+
+def old_forwardable(headers: Mapping[str, str], drop: frozenset[str]) -> CIMultiDict[str]:
+    """upstream.forwardable before the joined skip sets (reference, verbatim)."""
+    named: set[str] = set()
+    for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
+        named.update(token.strip().lower() for token in value.split(","))
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in upstream.HOP_BY_HOP or lower in named or lower in drop:
+            continue
+        out.add(name, value)
+    return out
+
+
+FORWARD_NAMES = [
+    "Host",
+    "Content-Length",
+    "Expect",
+    "X-Sseproxy-Inject",
+    "Connection",
+    "Keep-Alive",
+    "TE",
+    "X-Custom",
+    "x-custom",
+    "Authorization",
+    "Accept",
+]
+FORWARD_VALUES = ["keep-alive", "close, X-Custom", " x-custom ,te", "a", "Upgrade"]
+header_lists = st.lists(
+    st.tuples(st.sampled_from(FORWARD_NAMES), st.sampled_from(FORWARD_VALUES)), max_size=8
+)
+
+
+@given(header_lists, st.sampled_from([frozenset(), upstream.REQUEST_DROP]))
+def test_forwardable_is_the_reference(pairs: list[tuple[str, str]], drop: frozenset[str]) -> None:
+    for headers in (CIMultiDictProxy(CIMultiDict(pairs)), dict(pairs)):
+        got, expected = upstream.forwardable(headers, drop), old_forwardable(headers, drop)
+        assert list(got.items()) == list(expected.items())
+
+
+def test_the_request_drop_set_names_the_drill_header() -> None:
+    assert INJECT_HEADER in upstream.REQUEST_DROP
+    assert {"host", "content-length", "expect"} <= upstream.REQUEST_DROP
+
+
+async def test_a_forwarding_request_adds_the_headers_aiohttp_adds() -> None:
+    loop = asyncio.get_running_loop()
+    url = URL("http://127.0.0.1:9/v1/x")
+    skips = [upstream._SKIPPED, set(upstream._SKIPPED) | {istr("Content-Type")}, None]
+    heads = [{}, {"Accept": "x/y"}, {"User-Agent": "u", "Content-Type": "a/b"}]
+    for skip in skips:
+        for head in heads:
+            for data in (None, b"{}"):
+                requests = [
+                    cls("POST", url, loop=loop, headers=head, skip_auto_headers=skip, data=data)
+                    for cls in (aiohttp.ClientRequest, upstream.ForwardingRequest)
+                ]
+                plain, ours = requests
+                assert list(ours.headers.items()) == list(plain.headers.items())
+                assert list(ours.skip_auto_headers.items()) == list(plain.skip_auto_headers.items())
+    bare = upstream.ForwardingRequest(
+        "POST", url, loop=loop, skip_auto_headers=upstream._SKIPPED, data=b"{}"
+    )
+    assert "User-Agent" not in bare.headers and "Accept" not in bare.headers
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+
+def test_routed_and_admitted_are_replace() -> None:
+    route = Route("r", ("/v1/*",), "https://up.example", URL("https://up.example"))
+    facts, _progress = exchange("chat_tool_call")
+    facts = dataclasses.replace(facts, route=None, inject_rules=(), body=b"")
+    assert facts.routed(route) == dataclasses.replace(facts, route=route)
+    asked = CoreRequestFacts(model="m", stream=True)
+    rules = parse_rules("cut-after=3")
+    secrets = Secrets(("secret-value-1",))
+    routed = facts.routed(route)
+    assert routed.admitted(b"{}", asked, rules, secrets) == dataclasses.replace(
+        routed, body=b"{}", asked=asked, inject_rules=rules, secrets=secrets
+    )
+    assert [f.name for f in dataclasses.fields(records.RequestFacts)] == [
+        *("request_id", "method", "path", "started_at", "start", "route", "body"),
+        *("inject_rules", "headers", "secrets", "asked"),
+    ]  # routed() and admitted() pass them in this order
+
+
+def test_tap_options_are_the_settings_options_built_once() -> None:
+    options = tap_options(1234, 0)
+    assert options == TapOptions(max_event_bytes=1234, content_chars=0)
+    assert tap_options(1234, 0) is options
+
+
+# -- the inspector without a viewer --------------------------------------------------------------
+
+
+def test_rows_are_marked_changed_only_for_viewers() -> None:
+    inspector = Inspector()
+    first = StreamView("a", "POST", "/v1/x", 0.0, 0.0)
+    inspector.started(first)
+    assert inspector.changed == {}  # nobody to send it to
+    viewer = Viewer()
+    inspector.subscribers.add(viewer)
+    second = StreamView("b", "POST", "/v1/x", 0.0, 0.0)
+    inspector.started(second)
+    assert inspector.changed == {"b": second}
+    assert list(inspector.streams) == ["a", "b"]  # the ring, and so a new page, has both
