@@ -132,7 +132,9 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             break_downstream(request)
             return web.Response(status=500)
     finally:
-        await analyse_backlog(x.progress.tap)  # after the client's response has ended
+        tap = x.progress.tap
+        if tap is not None and tap.backlog:  # after the client's response has ended
+            await analyse_backlog(tap)
         finish(state, x, settings.content_timeout)
         release(state, x)
 

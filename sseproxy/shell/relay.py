@@ -367,7 +367,8 @@ def begin(
         if name in upstream.headers:
             p.upstream_request_id = upstream.headers[name]
             break
-    p.response_headers = redact_headers(upstream.headers, facts.secrets)
+    if state.captures is not None:  # only a capture keeps the response's headers
+        p.response_headers = redact_headers(upstream.headers, facts.secrets)
     p.pacing = Pacing(facts.start)
     p.view = StreamView(
         facts.request_id,
