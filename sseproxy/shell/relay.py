@@ -32,7 +32,7 @@ from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import Refused, via_entry
 from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
 from .tapping import open_tap, tap_options
-from .upstream import REQUEST_DROP, forwardable, refusal
+from .upstream import REQUEST_DROP, forwardable, refusal, upstream_url
 
 if TYPE_CHECKING:
     from .app import Exchange, ProxyState
@@ -128,7 +128,7 @@ async def forward(
     route = facts.route
     assert route is not None and state.session is not None
     try:
-        url = route.target(request.raw_path)  # scheme, host and port only from the route
+        url = upstream_url(route, request.raw_path)  # scheme, host and port only from the route
     except ValueError as exc:
         raise Refused(400, "bad_target", str(exc)) from exc
     headers = forwardable(request.headers, drop=REQUEST_DROP)

@@ -13,7 +13,9 @@ from typing import Any
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, istr
+from yarl import URL
 
+from ..config import Route
 from .errors import UpstreamFramingError
 
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward. `Expect` too: the
@@ -125,6 +127,29 @@ def new_session(connect_timeout: float) -> aiohttp.ClientSession:
         trust_env=False,
         request_class=ForwardingRequest,
     )
+
+
+# Upstream URLs of recent request targets, per route: a target is checked and built once.
+MAX_CACHED_TARGETS = 256
+MAX_CACHED_TARGET_CHARS = 1024
+# Keyed by the route's identity (hashing a Route hashes all its fields); each entry holds its
+# route, so no other route can take that identity while the entry lives.
+_TARGETS: dict[tuple[int, str], tuple[Route, URL]] = {}
+
+
+def upstream_url(route: Route, raw_path: str) -> URL:
+    """`route.target(raw_path)`, remembered for short targets (bounded; the oldest goes first).
+    Raises ValueError as `Route.target` does; a refused target is never remembered."""
+    key = (id(route), raw_path)
+    entry = _TARGETS.get(key)
+    if entry is not None and entry[0] is route:
+        return entry[1]
+    url = route.target(raw_path)
+    if len(raw_path) <= MAX_CACHED_TARGET_CHARS:
+        if len(_TARGETS) >= MAX_CACHED_TARGETS:
+            del _TARGETS[next(iter(_TARGETS))]
+        _TARGETS[key] = (route, url)
+    return url
 
 
 # What a request's own headers lose on the way upstream besides hop-by-hop ones: the proxy

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import aiohttp
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy, istr
@@ -311,3 +312,25 @@ def test_rows_are_marked_changed_only_for_viewers() -> None:
     inspector.started(second)
     assert inspector.changed == {"b": second}
     assert list(inspector.streams) == ["a", "b"]  # the ring, and so a new page, has both
+
+
+# -- upstream URLs -----------------------------------------------------------------------------
+
+
+def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
+    monkeypatch.setattr(upstream, "_TARGETS", {})
+    monkeypatch.setattr(upstream, "MAX_CACHED_TARGETS", 3)
+    a = Route("a", ("/*",), "http://127.0.0.1:1", URL("http://127.0.0.1:1/base"))
+    b = Route("b", ("/*",), "http://127.0.0.1:2", URL("http://127.0.0.1:2"), strip_prefix="/v1")
+    targets = ["/v1/x?alt=sse", "/v1/y", "/v1/x%3Fkey=1", "/v1/z", "/" + "p" * 1100]
+    for _ in range(2):  # the second time from the cache, as far as it holds them
+        for route in (a, b):
+            for target in targets:
+                assert upstream.upstream_url(route, target) == route.target(target)
+    assert len(upstream._TARGETS) == 3  # bounded; the long target was never kept
+    assert all(len(raw) <= upstream.MAX_CACHED_TARGET_CHARS for _, raw in upstream._TARGETS)
+    for bad in ("/x#y", "/x y", "x"):
+        for _ in range(2):  # refused each time, never remembered
+            with pytest.raises(ValueError):
+                upstream.upstream_url(a, bad)
+    assert len(upstream._TARGETS) == 3
