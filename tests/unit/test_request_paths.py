@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import io
 import logging
 import re
@@ -334,3 +335,40 @@ def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
             with pytest.raises(ValueError):
                 upstream.upstream_url(a, bad)
     assert len(upstream._TARGETS) == 3
+
+
+# -- the log line's timestamp ------------------------------------------------------------------
+
+
+def stamper_text(ns: int) -> str:
+    """What structlog's TimeStamper(fmt="iso", utc=True) writes for the instant `ns` (its
+    datetime.now rounds the clock down to the microsecond)."""
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    moment = epoch + datetime.timedelta(microseconds=ns // 1000)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def test_utc_stamp_is_the_stampers_text(monkeypatch: Any) -> None:
+    instants = [
+        1_767_225_599_999_999_999,  # the last nanosecond of 2025
+        1_767_225_600_000_000_000,  # 2026 begins: a whole second, no fraction
+        1_767_225_600_000_000_999,  # still a whole microsecond count of zero
+        1_767_225_600_000_001_000,
+        1_767_225_600_123_456_789,
+        1_767_225_601_000_000_500,  # the next second: its text formatted anew
+        1_709_164_800_654_321_000,  # 2024-02-29
+    ]
+    for ns in instants:
+        monkeypatch.setattr(log.time, "time_ns", lambda ns=ns: ns)
+        assert log.utc_stamp() == stamper_text(ns)
+    assert log.utc_stamp().startswith("2024-02-29T00:00:00.654321")
+
+
+def test_the_direct_line_is_stamped_like_the_chain(monkeypatch: Any) -> None:
+    ns = 1_767_225_600_250_000_000
+    monkeypatch.setattr(log.time, "time_ns", lambda: ns)
+    stream = io.StringIO()
+    log.configure("json", "info", stream, cache=False)
+    log.request_finished(MappingProxyType({"state": "completed"}), logging.INFO)
+    assert orjson.loads(stream.getvalue())["timestamp"] == "2026-01-01T00:00:00.250000Z"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", log.utc_stamp())
