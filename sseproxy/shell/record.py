@@ -29,6 +29,10 @@ Record = Mapping[str, Any]
 NO_BODY_STATUSES = frozenset({204, 304})
 
 
+# What a request asked for before its body was read (frozen: one for all).
+NOTHING_ASKED = CoreRequestFacts()
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFacts:
     """What the client asked for, fixed once the request has been admitted."""
@@ -43,7 +47,7 @@ class RequestFacts:
     inject_rules: tuple[Rule, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
     secrets: Secrets = field(default_factory=lambda: Secrets.from_request({}, "/", b""))
-    asked: CoreRequestFacts = field(default_factory=CoreRequestFacts)  # for the core's checks
+    asked: CoreRequestFacts = NOTHING_ASKED  # for the core's checks
 
     def routed(self, route: Route) -> RequestFacts:
         """These facts with their route (`dataclasses.replace`, built directly: per request)."""

@@ -10,6 +10,7 @@ import datetime
 import io
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +34,7 @@ from sseproxy.core.request import RequestFacts as CoreRequestFacts
 from sseproxy.inspector import Inspector, StreamView, Viewer
 from sseproxy.log import json_ready, json_rendered
 from sseproxy.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
+from sseproxy.shell import app as app_module
 from sseproxy.shell import record as records
 from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
@@ -372,3 +374,33 @@ def test_the_direct_line_is_stamped_like_the_chain(monkeypatch: Any) -> None:
     log.request_finished(MappingProxyType({"state": "completed"}), logging.INFO)
     assert orjson.loads(stream.getvalue())["timestamp"] == "2026-01-01T00:00:00.250000Z"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", log.utc_stamp())
+
+
+# -- request ids -------------------------------------------------------------------------------
+
+
+def test_request_ids_are_uuid4_hex_and_distinct() -> None:
+    ids = [app_module.new_request_id() for _ in range(3 * app_module.IDS_PER_FETCH + 5)]
+    assert len(set(ids)) == len(ids)
+    for rid in ids:
+        parsed = uuid.UUID(hex=rid)
+        assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, rid)
+
+
+def test_request_ids_take_their_random_bytes_in_batches(monkeypatch: Any) -> None:
+    fetched: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        fetched.append(n)
+        return bytes(i % 256 for i in range(n))
+
+    monkeypatch.setattr(app_module.os, "urandom", urandom)
+    app_module._fork_reset()  # as in a forked child: nothing inherited is used
+    first = app_module.new_request_id()
+    assert fetched == [16 * app_module.IDS_PER_FETCH]
+    assert first == "000102030405460788090a0b0c0d0e0f"  # version and variant bits set
+    for _ in range(app_module.IDS_PER_FETCH - 1):
+        app_module.new_request_id()
+    assert len(fetched) == 1
+    app_module.new_request_id()  # the batch is used up: the next one is fetched
+    assert len(fetched) == 2
