@@ -182,10 +182,19 @@ class Secrets:
         the values and shapes `redact_text` masks."""
         found: set[str] = set()
         _header_secrets(headers, found)
-        named = _target_secrets(raw_target, found)
+        clean = raw_target in _CLEAN_TARGETS
+        named = not clean and _target_secrets(raw_target, found)
         secrets = cls(tuple(found)) if found else NO_SECRETS
         if named:
             return secrets, secrets.redact_target(raw_target)
+        if clean:  # no credential parameter, no key shape: only this request's values remain
+            return secrets, secrets.mask_values(raw_target)
+        if (
+            len(raw_target) <= MAX_CLEAN_TARGET_CHARS
+            and len(_CLEAN_TARGETS) < MAX_CLEAN_TARGETS
+            and not _hinted(raw_target.lower(), SHAPE_HINTS)
+        ):
+            _CLEAN_TARGETS.add(raw_target)
         return secrets, secrets.redact_text(raw_target)
 
     def with_body(self, body: bytes) -> Secrets:
@@ -199,10 +208,14 @@ class Secrets:
         return Secrets(self.values + tuple(found)) if found else self
 
     def redact_text(self, text: str) -> str:
+        return redact_shapes(self.mask_values(text))
+
+    def mask_values(self, text: str) -> str:
+        """`text` with each of these credential values overwritten by as many `*`."""
         for value in self.values:
             if value in text:
                 text = text.replace(value, MASK * len(value))
-        return redact_shapes(text)
+        return text
 
     def redact(self, value: Any) -> Any:
         """`value` (str, or dicts and lists of them, as deep as they go) with every credential
@@ -307,6 +320,12 @@ def _mask_cut_value(data: bytes, raw: bytes) -> bytes:
     return data
 
 
+# Request targets seen to hold no credential parameter and no key shape's hint (bounded, as
+# _KNOWN_KEYS is): only a request's own credential values are looked for in them again.
+# (Masking those cannot make a hint: `*` is in none.)
+_CLEAN_TARGETS: set[str] = set()
+MAX_CLEAN_TARGETS = 256
+MAX_CLEAN_TARGET_CHARS = 1024
 # Header names (as sent) seen to name a credential or not; bounded, as _KNOWN_KEYS is.
 _HEADER_NAMES: dict[str, bool] = {}
 MAX_HEADER_NAMES = 1024

@@ -404,3 +404,27 @@ def test_request_ids_take_their_random_bytes_in_batches(monkeypatch: Any) -> Non
     assert len(fetched) == 1
     app_module.new_request_id()  # the batch is used up: the next one is fetched
     assert len(fetched) == 2
+
+
+def test_a_clean_target_seen_before_still_masks_this_requests_values(monkeypatch: Any) -> None:
+    monkeypatch.setattr(redact_module, "_CLEAN_TARGETS", set())
+    target = "/v1/models/secret-value-1/x?alt=sse"
+    none: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+    assert Secrets.of_request(none, target) == (Secrets(), target)
+    assert target in redact_module._CLEAN_TARGETS  # learnt: no credential parameter, no shape
+    auth = CIMultiDictProxy(CIMultiDict({"Authorization": "Bearer secret-value-1"}))
+    _secrets, path = Secrets.of_request(auth, target)
+    assert path == "/v1/models/" + "*" * 14 + "/x?alt=sse"
+    assert path == old_redact_target(old_from_request(auth, target), target)
+    for shaped in (f"/v1/x/{'sk-' + 'a' * 20}", "/v1/x?key=secret-value-1", "/u:p@h://x"):
+        Secrets.of_request(none, shaped)
+        assert shaped not in redact_module._CLEAN_TARGETS  # never learnt
+
+
+def test_clean_targets_stop_at_their_bound(monkeypatch: Any) -> None:
+    monkeypatch.setattr(redact_module, "_CLEAN_TARGETS", set())
+    monkeypatch.setattr(redact_module, "MAX_CLEAN_TARGETS", 2)
+    none: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+    for target in ("/a", "/b", "/c", "/" + "d" * redact_module.MAX_CLEAN_TARGET_CHARS):
+        assert Secrets.of_request(none, target) == (Secrets(), target)
+    assert sorted(redact_module._CLEAN_TARGETS) == ["/a", "/b"]
