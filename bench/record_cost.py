@@ -234,8 +234,8 @@ def parts_of(name: str) -> dict[str, Callable[[], object]]:
     status = progress.status
 
     def total() -> None:
-        rec = records.build(facts, progress, verdict, pacing)
-        sinks.deliver(full, facts, progress, verdict, rec)
+        rec, rendered = records.build_rendered(facts, progress, verdict, pacing)
+        sinks.deliver(full, facts, progress, verdict, rec, rendered)
 
     return {
         "verdict.to_dict": verdict.to_dict,

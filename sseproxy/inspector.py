@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -147,7 +147,7 @@ class Inspector:
             self.streams.popitem(last=False)
         self.publish(view)
 
-    def finished(self, request_id: str, record: dict[str, Any], text: str | None) -> None:
+    def finished(self, request_id: str, record: Mapping[str, Any], text: str | None) -> None:
         view = self.active.pop(request_id, None) or self.streams.get(request_id)
         if view is None:  # ended before any response (404, 413, 502, ...)
             view = StreamView(request_id, record["method"], record["path"], time.time(), 0.0)
@@ -179,8 +179,10 @@ class Inspector:
     # -- the page's feed --------------------------------------------------------------------
 
     def publish(self, view: StreamView) -> None:
-        """Mark a row changed; the next flush sends it (only the latest state of each row)."""
-        self.changed[view.request_id] = view
+        """Mark a row changed; the next flush sends it (only the latest state of each row).
+        Without a viewer nothing is marked: a page that opens gets every row at once."""
+        if self.subscribers:
+            self.changed[view.request_id] = view
 
     def flush(self, progress: bool = True) -> None:
         """Send the changed rows, serialised once, to every viewer; with `progress`, every

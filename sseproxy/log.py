@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import math
 import re
 import sys
 import threading
+import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -117,6 +119,15 @@ def json_ready(record: Any) -> Any:
     except TypeError:
         return json_safe(record)
     return record
+
+
+def json_rendered(record: Any) -> tuple[Any, bytes | None]:
+    """`json_ready(record)`, and the JSON that test rendered (`_JSON_OPTIONS`) when `record`
+    passed it as it is: the log line reuses it instead of rendering the record again."""
+    try:
+        return record, orjson.dumps(record, option=_JSON_OPTIONS)
+    except TypeError:
+        return json_safe(record), None
 
 
 def dumps(obj: Any, **_: Any) -> str:
@@ -259,7 +270,6 @@ class _Direct:
 
     processors: list[Any]
     expected: list[Any]  # a copy: structlog.testing.capture_logs edits the list in place
-    stamper: structlog.processors.TimeStamper
     logger: SafePrintLogger
     min_level: int
 
@@ -267,9 +277,30 @@ class _Direct:
 _direct: _Direct | None = None
 
 
-def request_finished(record: Mapping[str, Any], level: int) -> None:
+class _Second:
+    """The second `utc_stamp` formatted last, and its text."""
+
+    second = -1
+    text = ""
+
+
+def utc_stamp() -> str:
+    """Now as `TimeStamper(fmt="iso", utc=True)` writes it (`2026-01-02T03:04:05.678901Z`,
+    no fraction at a whole second), from the same clock rounded the same way (down to the
+    microsecond). The date and time to the second are formatted once per second: once per
+    request, datetime's own path runs cold and costs more than the rest of the line."""
+    micros = time.time_ns() // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    if second != _Second.second:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
+        _Second.text, _Second.second = moment.isoformat()[:-6], second  # without "+00:00"
+    return f"{_Second.text}.{fraction:06d}Z" if fraction else f"{_Second.text}Z"
+
+
+def request_finished(record: Mapping[str, Any], level: int, rendered: bytes | None = None) -> None:
     """Log a request's record: the line the processor chain writes, as one orjson dump of a
-    prebuilt dict.
+    prebuilt dict. `rendered`, the record's own orjson rendering (`_JSON_OPTIONS`) when the
+    caller has it, is spliced in after the leading fields instead of rendered again.
 
     The record was redacted once with the request's own secrets (`Secrets.redact`, which does
     all `redact_processor` does and more), so the chain would only re-walk it. Any other case
@@ -289,8 +320,13 @@ def request_finished(record: Mapping[str, Any], level: int) -> None:
         return
     if level < direct.min_level:
         return
-    line = {"timestamp": None, "level": LEVEL_NAMES[level], "event": "request.finished"}
-    direct.stamper(None, "", line)  # the chain's own clock and format, in its first place
+    # the chain's clock and format (its TimeStamper's), in its first place
+    line = {"timestamp": utc_stamp(), "level": LEVEL_NAMES[level], "event": "request.finished"}
+    if rendered is not None and rendered.startswith(b"{") and rendered != b"{}":
+        # the bytes `dumps` would write for the whole line: the same dict, rendered in two parts
+        head = orjson.dumps(line, option=_JSON_OPTIONS)
+        direct.logger.msg((head[:-1] + b"," + rendered[1:]).decode())
+        return
     line.update(record)
     direct.logger.msg(dumps(line))
 
@@ -335,7 +371,7 @@ def configure(
         cache_logger_on_first_use=cache,
     )
     _direct = (
-        _Direct(processors, list(processors), stamper, factory(), min_level)
+        _Direct(processors, list(processors), factory(), min_level)
         if log_format == "json"
         else None
     )

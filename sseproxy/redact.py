@@ -170,16 +170,32 @@ class Secrets:
         """Every credential value in the request's headers, target (query or encoded query)
         and JSON body (its top-level `api_key` and the like)."""
         found: set[str] = set()
-        for name, value in headers.items():
-            lower = name.lower()
-            if lower in SECRET_KEYS or SENSITIVE_NAME.search(lower):
-                _header_values(lower, value, found)
-        for match in _TARGET_PARAM.finditer(raw_target):
-            if _decoded(match.group("name")).lower() in SECRET_KEYS:
-                value = match.group("value")
-                found.update((value, unquote(value), _decoded(value)))
+        _header_secrets(headers, found)
+        _target_secrets(raw_target, found)
         found.update(_json_values(_parsed(body)))
         return cls(tuple(found))
+
+    @classmethod
+    def of_request(cls, headers: Mapping[str, str], raw_target: str) -> tuple[Secrets, str]:
+        """`from_request(headers, raw_target, b"")` and its `redact_target(raw_target)`, with
+        one look at the target: a target without credential parameters is only searched for
+        the values and shapes `redact_text` masks."""
+        found: set[str] = set()
+        _header_secrets(headers, found)
+        clean = raw_target in _CLEAN_TARGETS
+        named = not clean and _target_secrets(raw_target, found)
+        secrets = cls(tuple(found)) if found else NO_SECRETS
+        if named:
+            return secrets, secrets.redact_target(raw_target)
+        if clean:  # no credential parameter, no key shape: only this request's values remain
+            return secrets, secrets.mask_values(raw_target)
+        if (
+            len(raw_target) <= MAX_CLEAN_TARGET_CHARS
+            and len(_CLEAN_TARGETS) < MAX_CLEAN_TARGETS
+            and not _hinted(raw_target.lower(), SHAPE_HINTS)
+        ):
+            _CLEAN_TARGETS.add(raw_target)
+        return secrets, secrets.redact_text(raw_target)
 
     def with_body(self, body: bytes) -> Secrets:
         """These secrets plus the body's (for a value built before the body was read)."""
@@ -192,10 +208,14 @@ class Secrets:
         return Secrets(self.values + tuple(found)) if found else self
 
     def redact_text(self, text: str) -> str:
+        return redact_shapes(self.mask_values(text))
+
+    def mask_values(self, text: str) -> str:
+        """`text` with each of these credential values overwritten by as many `*`."""
         for value in self.values:
             if value in text:
                 text = text.replace(value, MASK * len(value))
-        return redact_shapes(text)
+        return text
 
     def redact(self, value: Any) -> Any:
         """`value` (str, or dicts and lists of them, as deep as they go) with every credential
@@ -276,7 +296,7 @@ class Secrets:
         when the query was smuggled into the path percent-encoded."""
 
         def param(match: re.Match[str]) -> str:
-            if not match.group("value") or _decoded(match.group("name")).lower() not in SECRET_KEYS:
+            if not match.group("value") or not _secret_name(match.group("name")):
                 return match.group(0)
             return match.group("lead") + match.group("name") + match.group("eq") + REDACTED
 
@@ -298,6 +318,61 @@ def _mask_cut_value(data: bytes, raw: bytes) -> bytes:
             return data[: len(data) - len(rest)] + b"*" * len(rest)
         start = tail.find(head, start + 1)
     return data
+
+
+# Request targets seen to hold no credential parameter and no key shape's hint (bounded, as
+# _KNOWN_KEYS is): only a request's own credential values are looked for in them again.
+# (Masking those cannot make a hint: `*` is in none.)
+_CLEAN_TARGETS: set[str] = set()
+MAX_CLEAN_TARGETS = 256
+MAX_CLEAN_TARGET_CHARS = 1024
+# Header names (as sent) seen to name a credential or not; bounded, as _KNOWN_KEYS is.
+_HEADER_NAMES: dict[str, bool] = {}
+MAX_HEADER_NAMES = 1024
+# Without one of these, a request target has no `name=value` parameter (_TARGET_PARAM's leads).
+_PARAM_LEADS = ("?", "&", ";", "%")
+# Each credential name ends with one of these: a target without `%` (nothing encoded) and
+# without any of them followed by `=` has no credential parameter.
+_PARAM_TAILS = tuple(f"{tail}=" for tail in ("key", "token", "cookie", "authorization", "secret"))
+_PARAM_TAILS += ("password=",)
+assert all(any(key.endswith(tail[:-1]) for tail in _PARAM_TAILS) for key in SECRET_KEYS)
+
+
+def _header_secrets(headers: Mapping[str, str], found: set[str]) -> None:
+    names = _HEADER_NAMES
+    for name, value in headers.items():
+        secret = names.get(name)
+        if secret is None:
+            lower = name.lower()
+            secret = lower in SECRET_KEYS or SENSITIVE_NAME.search(lower) is not None
+            if len(names) < MAX_HEADER_NAMES:
+                names[name] = secret
+        if secret:
+            _header_values(name.lower(), value, found)
+
+
+def _target_secrets(raw_target: str, found: set[str]) -> bool:
+    """Add the values of the target's credential parameters; True when there was one."""
+    if not any(lead in raw_target for lead in _PARAM_LEADS):
+        return False
+    if "%" not in raw_target:
+        lowered = raw_target.lower()  # as `_secret_name` lowers a name
+        if not any(tail in lowered for tail in _PARAM_TAILS):
+            return False
+    named = False
+    for match in _TARGET_PARAM.finditer(raw_target):
+        if _secret_name(match.group("name")):
+            named = True
+            value = match.group("value")
+            found.update((value, unquote(value), _decoded(value)))
+    return named
+
+
+def _secret_name(name: str) -> bool:
+    """A target parameter's name, decoded as often as it was encoded, names a credential."""
+    if "%" in name or "+" in name:
+        name = _decoded(name)
+    return name.lower() in SECRET_KEYS
 
 
 def _header_values(name: str, value: str, found: set[str]) -> None:

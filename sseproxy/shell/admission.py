@@ -5,7 +5,6 @@ stream slot; any refusal is a `Refused` the handler turns into the proxy's own r
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -63,7 +62,7 @@ async def admit(
             f"no configured route matches {request.path}",
             routes=[r.describe() for r in settings.routes],
         )
-    x.facts = dataclasses.replace(x.facts, route=route)
+    x.facts = x.facts.routed(route)
     body = await read_body(request, x, state, settings)
     if state.active >= settings.max_concurrent_streams:
         raise Refused(503, "overloaded", "too many concurrent streams")
@@ -77,7 +76,7 @@ async def admit(
         raise Refused(status, "injection", str(exc)) from exc
     asked = request_facts(request.path, request.query_string, body)
     secrets = x.facts.secrets.with_body(body)
-    return dataclasses.replace(x.facts, body=body, asked=asked, inject_rules=rules, secrets=secrets)
+    return x.facts.admitted(body, asked, rules, secrets)
 
 
 async def read_body(
@@ -91,22 +90,20 @@ async def read_body(
         raise Refused(413, "request_too_large", f"request body exceeds {limit} bytes", close=True)
     if declared is not None and state.body_bytes + declared > total:
         raise Refused(503, "overloaded", "request bodies in flight exceed the limit", close=True)
+    content = request.content
+    if content.is_eof():
+        # Arrived whole (the usual small POST): what `readany` would return at once, taken
+        # without waiting, so without a timer to arm and cancel.
+        body = content.read_nowait()
+        if body:
+            _count(body, 0, x, state, limit, total)
+        return body
     parts: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(settings.request_timeout):
-            while chunk := await request.content.readany():
-                size += len(chunk)
-                x.body_bytes += len(chunk)
-                state.body_bytes += len(chunk)
-                if size > limit:
-                    raise Refused(
-                        413, "request_too_large", f"request body exceeds {limit} bytes", close=True
-                    )
-                if state.body_bytes > total:
-                    raise Refused(
-                        503, "overloaded", "request bodies in flight exceed the limit", close=True
-                    )
+            while chunk := await content.readany():
+                size = _count(chunk, size, x, state, limit, total)
                 parts.append(chunk)
     except TimeoutError:
         raise Refused(
@@ -116,6 +113,18 @@ async def read_body(
             close=True,
         ) from None
     return b"".join(parts)
+
+
+def _count(chunk: bytes, size: int, x: Exchange, state: ProxyState, limit: int, total: int) -> int:
+    """Count a chunk of the body against both bounds; returns the body's size so far."""
+    size += len(chunk)
+    x.body_bytes += len(chunk)
+    state.body_bytes += len(chunk)
+    if size > limit:
+        raise Refused(413, "request_too_large", f"request body exceeds {limit} bytes", close=True)
+    if state.body_bytes > total:
+        raise Refused(503, "overloaded", "request bodies in flight exceed the limit", close=True)
+    return size
 
 
 def injection_rules(request: web.Request, route: Route, settings: Settings) -> tuple[Rule, ...]:

@@ -17,7 +17,7 @@ from ..core.pacing import Pacing, PacingSummary
 from ..core.request import RequestFacts as CoreRequestFacts
 from ..delivery import ClientDelivery
 from ..inspector import StreamView
-from ..log import json_ready, json_safe
+from ..log import json_rendered, json_safe
 from ..redact import Secrets
 from .tapping import close_tap
 
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 Record = Mapping[str, Any]
 # Responses that carry no body by definition (RFC 9110 §6.4.1).
 NO_BODY_STATUSES = frozenset({204, 304})
+
+
+# What a request asked for before its body was read (frozen: one for all).
+NOTHING_ASKED = CoreRequestFacts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,45 @@ class RequestFacts:
     inject_rules: tuple[Rule, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
     secrets: Secrets = field(default_factory=lambda: Secrets.from_request({}, "/", b""))
-    asked: CoreRequestFacts = field(default_factory=CoreRequestFacts)  # for the core's checks
+    asked: CoreRequestFacts = NOTHING_ASKED  # for the core's checks
+
+    def routed(self, route: Route) -> RequestFacts:
+        """These facts with their route (`dataclasses.replace`, built directly: per request)."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            route,
+            self.body,
+            self.inject_rules,
+            self.headers,
+            self.secrets,
+            self.asked,
+        )
+
+    def admitted(
+        self,
+        body: bytes,
+        asked: CoreRequestFacts,
+        inject_rules: tuple[Rule, ...],
+        secrets: Secrets,
+    ) -> RequestFacts:
+        """These facts with what the body and the drill header say."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            self.route,
+            body,
+            inject_rules,
+            self.headers,
+            secrets,
+            asked,
+        )
 
 
 @dataclass
@@ -172,6 +214,17 @@ def build(
     pacing: PacingSummary | None = None,
 ) -> Record:
     """The record: every field a sink may use, redacted once, JSON-safe, read-only."""
+    return build_rendered(facts, progress, verdict, pacing)[0]
+
+
+def build_rendered(
+    facts: RequestFacts,
+    progress: Progress,
+    verdict: Verdict,
+    pacing: PacingSummary | None = None,
+) -> tuple[Record, bytes | None]:
+    """`build`'s record, and its JSON as `log.json_ready`'s test rendered it (None when the
+    record had to be rebuilt): the log line reuses it instead of rendering it again."""
     body = verdict.to_dict()
     response_model = body.pop("model")
     route = facts.route
@@ -204,7 +257,8 @@ def build(
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
         fields["no_body_expected"] = True
     # Once: every sink gets only this, redacted and serialisable as JSON.
-    return MappingProxyType(json_ready(facts.secrets.redact(fields)))
+    ready, rendered = json_rendered(facts.secrets.redact(fields))
+    return MappingProxyType(ready), rendered
 
 
 def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:

@@ -18,7 +18,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from ..capture import redact_headers
 from ..config import Settings
-from ..core import Dialect, EndReason, StreamTap, TapOptions
+from ..core import Dialect, EndReason, StreamTap
 from ..core.dialects import detect
 from ..core.events import Framing
 from ..core.inject import Close as InjectClose
@@ -30,11 +30,11 @@ from ..core.pacing import Pacing
 from ..core.readers import framing_for
 from ..delivery import ClientDelivery, ContentWatch
 from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
-from .admission import INJECT_HEADER, Refused, via_entry
+from .admission import Refused, via_entry
 from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
 from .inline import attach
-from .tapping import open_tap
-from .upstream import forwardable, refusal
+from .tapping import open_tap, tap_options
+from .upstream import REQUEST_DROP, forwardable, refusal, upstream_url
 
 if TYPE_CHECKING:
     from .app import Exchange, ProxyState
@@ -130,13 +130,12 @@ async def forward(
     route = facts.route
     assert route is not None and state.session is not None
     try:
-        url = route.target(request.raw_path)  # scheme, host and port only from the route
+        url = upstream_url(route, request.raw_path)  # scheme, host and port only from the route
     except ValueError as exc:
         raise Refused(400, "bad_target", str(exc)) from exc
-    headers = forwardable(
-        request.headers, drop=frozenset({"host", "content-length", "expect", INJECT_HEADER})
-    )
-    headers["Via"] = ", ".join([*request.headers.getall("Via", []), via_entry(state)])
+    headers = forwardable(request.headers, drop=REQUEST_DROP)
+    via = request.headers.getall("Via", ())
+    headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
     if state.tracing is not None:
         x.progress.span = state.tracing.start(request.headers, headers, request.method, facts.path)
     try:
@@ -374,17 +373,15 @@ def begin(
         dialect,
         p.content_type,
         upstream.headers.get("Content-Encoding"),
-        TapOptions(
-            max_event_bytes=settings.max_event_bytes,
-            content_chars=CONTENT_CHARS if settings.keep_content else 0,
-        ),
+        tap_options(settings.max_event_bytes, CONTENT_CHARS if settings.keep_content else 0),
         facts.asked,
     )
     for name in UPSTREAM_REQUEST_ID_HEADERS:
         if name in upstream.headers:
             p.upstream_request_id = upstream.headers[name]
             break
-    p.response_headers = redact_headers(upstream.headers, facts.secrets)
+    if state.captures is not None:  # only a capture keeps the response's headers
+        p.response_headers = redact_headers(upstream.headers, facts.secrets)
     p.pacing = Pacing(facts.start)
     p.view = StreamView(
         facts.request_id,

@@ -35,16 +35,24 @@ def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
 
 
 def deliver(
-    state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
+    state: ProxyState,
+    facts: RequestFacts,
+    progress: Progress,
+    verdict: Verdict,
+    record: Record,
+    rendered: bytes | None = None,
 ) -> None:
-    """Hand the one record to every sink; none sees anything the record does not hold."""
-    safecall(state, "log", lambda: request_finished(record, level_for(str(record["state"]))))
+    """Hand the one record to every sink; none sees anything the record does not hold.
+    `rendered`: the record's JSON, when `record.build_rendered` has it."""
+    safecall(
+        state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
+    )
     safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
     text = facts.secrets.redact_text(text) if text else text
-    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, dict(record), text))
+    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, record, text))
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:

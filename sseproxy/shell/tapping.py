@@ -3,8 +3,16 @@ request asked for, and closing it with the transport's truth."""
 
 from __future__ import annotations
 
+import functools
+
 from ..core import Dialect, EndReason, StreamTap, TapOptions, Verdict
 from ..core.request import RequestFacts
+
+
+@functools.lru_cache(maxsize=16)
+def tap_options(max_event_bytes: int, content_chars: int) -> TapOptions:
+    """The settings' options, built once: they are the same for every response (frozen)."""
+    return TapOptions(max_event_bytes=max_event_bytes, content_chars=content_chars)
 
 
 def open_tap(

@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
-from multidict import CIMultiDict
+from multidict import CIMultiDict, istr
+from yarl import URL
 
+from ..config import Route
 from .errors import UpstreamFramingError
 
 if TYPE_CHECKING:
@@ -132,6 +134,26 @@ class IsolatedConnector(aiohttp.TCPConnector):
         return connection
 
 
+# Headers aiohttp would add to a request that did not carry them: the proxy forwards only
+# what the client sent.
+AUTO_HEADERS_SKIPPED = ("User-Agent", "Accept-Encoding", "Accept")
+_SKIPPED = frozenset(istr(name) for name in AUTO_HEADERS_SKIPPED)
+# ...which are all the headers aiohttp adds by itself (checked, for another aiohttp version).
+_SKIPS_ALL = all(name in _SKIPPED for name in aiohttp.ClientRequest.DEFAULT_HEADERS)
+_SKIPPED_PAIRS = tuple((name, None) for name in sorted(_SKIPPED))
+
+
+class ForwardingRequest(aiohttp.ClientRequest):
+    """aiohttp's request; the session's skipped auto headers are every header aiohttp would
+    add, so none is added, without copying the headers to find out (aiohttp does, per request)."""
+
+    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
+        if _SKIPS_ALL and skip_auto_headers == _SKIPPED:
+            self._skip_auto_headers = CIMultiDict(_SKIPPED_PAIRS)
+            return
+        super().update_auto_headers(skip_auto_headers)
+
+
 def new_session(connect_timeout: float) -> aiohttp.ClientSession:
     # No sock_read: aiohttp would cancel and re-arm a timer on every chunk received. The idle
     # timeout is an IdleWatch per request instead, re-armed once per idle period.
@@ -139,24 +161,57 @@ def new_session(connect_timeout: float) -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=None, connect=connect_timeout),
         connector=IsolatedConnector(limit=0),  # our own limit is max_concurrent_streams
         auto_decompress=False,  # the client gets the upstream's bytes, compressed or not
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+        skip_auto_headers=AUTO_HEADERS_SKIPPED,
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
+        request_class=ForwardingRequest,
     )
+
+
+# Upstream URLs of recent request targets, per route: a target is checked and built once.
+MAX_CACHED_TARGETS = 256
+MAX_CACHED_TARGET_CHARS = 1024
+# Keyed by the route's identity (hashing a Route hashes all its fields); each entry holds its
+# route, so no other route can take that identity while the entry lives.
+_TARGETS: dict[tuple[int, str], tuple[Route, URL]] = {}
+
+
+def upstream_url(route: Route, raw_path: str) -> URL:
+    """`route.target(raw_path)`, remembered for short targets (bounded; the oldest goes first).
+    Raises ValueError as `Route.target` does; a refused target is never remembered."""
+    key = (id(route), raw_path)
+    entry = _TARGETS.get(key)
+    if entry is not None and entry[0] is route:
+        return entry[1]
+    url = route.target(raw_path)
+    if len(raw_path) <= MAX_CACHED_TARGET_CHARS:
+        if len(_TARGETS) >= MAX_CACHED_TARGETS:
+            del _TARGETS[next(iter(_TARGETS))]
+        _TARGETS[key] = (route, url)
+    return url
+
+
+# What a request's own headers lose on the way upstream besides hop-by-hop ones: the proxy
+# sets Host and Content-Length, has answered any `Expect`, and consumes its drill header.
+REQUEST_DROP = frozenset({"host", "content-length", "expect", "x-sseproxy-inject"})
+# HOP_BY_HOP and a `drop` set, joined once per `drop` (bounded: callers pass constants).
+_SKIP_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
 def forwardable(headers: Mapping[str, str], drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
     """Copy headers minus hop-by-hop ones, including those named in `Connection`."""
-    named: set[str] = set()
-    for value in headers.getall("Connection", []) if hasattr(headers, "getall") else []:
-        named.update(token.strip().lower() for token in value.split(","))
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower in HOP_BY_HOP or lower in named or lower in drop:
-            continue
-        out.add(name, value)
-    return out
+    skip = _SKIP_SETS.get(drop)
+    if skip is None:
+        skip = HOP_BY_HOP | drop
+        if len(_SKIP_SETS) < 16:
+            _SKIP_SETS[drop] = skip
+    connection = headers.getall("Connection", ()) if hasattr(headers, "getall") else ()
+    if connection:
+        named = {token.strip().lower() for value in connection for token in value.split(",")}
+        skip = skip | named
+    return CIMultiDict(
+        [(name, value) for name, value in headers.items() if name.lower() not in skip]
+    )
 
 
 # A byte a header value or reason phrase cannot carry through aiohttp unchanged: controls

@@ -80,7 +80,7 @@ async def test_a_record_that_cannot_be_built_still_leaves_a_record_and_a_clean_e
     def broken(*args: object) -> None:
         raise ValueError("a value no serialiser takes")
 
-    monkeypatch.setattr(record, "build", broken)
+    monkeypatch.setattr(record, "build_rendered", broken)
     fake, _ = upstream
     fake.script(PATH, Script([Send(COMPLETE)]))
     client = await make_proxy()
