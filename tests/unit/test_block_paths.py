@@ -164,6 +164,8 @@ def test_chat_blocks_take_the_block_path() -> None:
     tap.feed(chunks[0])
     assembler = tap.assembler
     assert isinstance(assembler, OpenAIChatAssembler)
+    assert not take(assembler, chunks[1])  # the shape is learnt from the second plain delta
+    tap.feed(chat(b""))
     for chunk in chunks[1:4]:
         assert take(assembler, chunk)
     two = chat(b"a") + chat(b"b")

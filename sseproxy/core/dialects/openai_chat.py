@@ -41,6 +41,9 @@ class OpenAIChatAssembler(Assembler):
         self.finish: dict[int, str | None] = {}  # choice index -> last non-null finish_reason
         self.done = False
         self.plain: Shape | None = None  # shape of a verified plain delta
+        # Plain deltas fully parsed: the shape is learnt from the second one, so a stream
+        # with one delta (a short answer) never pays for learning it.
+        self.plain_parsed = 0
 
     def take_block(self, buf: bytes, start: int, stop: int) -> bool:
         plain = self.plain
@@ -90,6 +93,9 @@ class OpenAIChatAssembler(Assembler):
             self.set_error(obj)
         self.on_chunk(obj)
         if self.fast_path and etype == "message" and is_plain_delta(obj):
+            self.plain_parsed += 1
+            if self.plain_parsed < 2:
+                return
             holes = [(b'"content"', TEXT, obj["choices"][0]["delta"]["content"])]
             if "obfuscation" in obj:
                 holes.append((b'"obfuscation"', PAD, obj["obfuscation"]))
