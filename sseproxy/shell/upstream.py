@@ -55,6 +55,7 @@ class IsolatedHandler(ResponseHandler):
         super().__init__(loop)
         self.expecting = True  # a new connection is made for a request
         self.inline: InlineRelay | None = None
+        self.head_checked: tuple[object, str | None] = ((), None)  # (raw headers, refusal)
 
     def data_received(self, data: bytes) -> None:
         if data and not self.expecting:
@@ -97,7 +98,9 @@ class IsolatedHandler(ResponseHandler):
         message, payload = data
         if not 100 <= message.code < 200 or message.code == 101:  # a final response
             payload.on_eof(self._response_ended)
-        if head_refusal(message.code, message.reason, message.raw_headers) is not None:
+        why = head_refusal(message.code, message.reason, message.raw_headers)
+        self.head_checked = (message.raw_headers, why)  # `refusal()` reads it back
+        if why is not None:
             self.force_close()  # the proxy refuses this response: never reuse its connection
         super().feed_data(data, *args)
 
@@ -224,7 +227,14 @@ def _unforwardable(value: bytes) -> bool:
 
 
 def refusal(upstream: aiohttp.ClientResponse) -> str | None:
-    """Why this response head cannot be forwarded faithfully, or None when it can."""
+    """Why this response head cannot be forwarded faithfully, or None when it can (as the
+    connection's protocol found when the head arrived, if it still holds the connection)."""
+    connection = upstream.connection
+    handler = connection.protocol if connection is not None else None
+    if isinstance(handler, IsolatedHandler):
+        head, why = handler.head_checked
+        if head is upstream.raw_headers:
+            return why
     return head_refusal(upstream.status, upstream.reason or "", upstream.raw_headers)
 
 
