@@ -6,6 +6,7 @@ Adding a dialect is one module (an `Assembler` subclass and its `SPEC`) and one 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,17 +69,39 @@ def new_assembler(dialect: Dialect, content_chars: int | None = None) -> Assembl
     return assembler
 
 
+# Response header name -> the first spec (registry order) that names it.
+_BY_HEADER: dict[str, tuple[int, Dialect]] = {}
+for _order, _spec in enumerate(SPECS):
+    for _name in _spec.response_headers:
+        _BY_HEADER.setdefault(_name.lower(), (_order, _spec.dialect))
+
+
 def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> Dialect | None:
     """Dialect from the request path and the response headers; None when they say nothing."""
-    lowered = {k.lower(): v for k, v in (headers or {}).items()}
-    path = path.split("?", 1)[0]
-    for spec in SPECS:
-        if any(name in lowered for name in spec.response_headers):
-            return spec.dialect
+    found: tuple[int, Dialect] | None = None
+    content_type = ""
+    for name, value in (headers or {}).items():
+        lower = name.lower()
+        if lower == "content-type":
+            content_type = value
+        hit = _BY_HEADER.get(lower)
+        if hit is not None and (found is None or hit < found):
+            found = hit
+    if found is not None:
+        return found[1]
+    return _by_path(path.split("?", 1)[0]) or _by_content_type(content_type.lower())
+
+
+@functools.lru_cache(maxsize=256)  # a proxy sees a handful of paths, again and again
+def _by_path(path: str) -> Dialect | None:
     for spec in SPECS:
         if spec.matches_path(path):
             return spec.dialect
-    content_type = lowered.get("content-type", "").lower()
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _by_content_type(content_type: str) -> Dialect | None:
     for spec in SPECS:
         if any(part in content_type for part in spec.content_types):
             return spec.dialect
