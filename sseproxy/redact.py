@@ -19,14 +19,14 @@ from urllib.parse import unquote, unquote_plus
 
 import orjson
 
+from .core.request import parse_body
+
 REDACTED = "[redacted]"
 MASK = "*"
 USERINFO_MASK = "***"  # as config.mask_userinfo prints a route's URL
 # Shorter values are not searched for in free text: masking every "1" of a body because a
 # cookie was "1" would destroy the capture. Their own fields are still redacted by name.
 MIN_SECRET_CHARS = 8
-# Bodies larger than this are not parsed for an `api_key` field.
-MAX_BODY_SCAN_BYTES = 4 * 1024 * 1024
 # Decoding rounds for names and values: `%253F` is a `?` encoded twice.
 DECODE_ROUNDS = 3
 
@@ -172,7 +172,7 @@ class Secrets:
         found: set[str] = set()
         _header_secrets(headers, found)
         _target_secrets(raw_target, found)
-        found.update(_json_values(_parsed(body)))
+        found.update(_json_values(parse_body(body)))
         return cls(tuple(found))
 
     @classmethod
@@ -199,7 +199,7 @@ class Secrets:
 
     def with_body(self, body: bytes) -> Secrets:
         """These secrets plus the body's (for a value built before the body was read)."""
-        return self.with_json_body(_parsed(body))
+        return self.with_json_body(parse_body(body))
 
     def with_json_body(self, obj: object) -> Secrets:
         """These secrets plus those of a body the caller parsed already (one parse per
@@ -391,16 +391,6 @@ def _header_values(name: str, value: str, found: set[str]) -> None:
         except (binascii.Error, UnicodeDecodeError):
             return
         found.update((decoded, decoded.partition(":")[2]))
-
-
-def _parsed(body: bytes) -> object:
-    # Parsing costs less than searching the bytes for the key names (orjson: about 1 ms/MB).
-    if not body or len(body) > MAX_BODY_SCAN_BYTES or body.lstrip()[:1] != b"{":
-        return None
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def _json_values(obj: object) -> list[str]:

@@ -39,14 +39,20 @@ class RequestFacts:
     include_usage: bool = False
 
 
-def request_facts(path: str, query: str, body: bytes) -> RequestFacts:
-    """Facts from the decoded request path, its query string and its body (best effort)."""
-    obj: Any = None
+def parse_body(body: bytes) -> Any:
+    """A request body's JSON object (best effort: None unless it is one, within the bound)."""
     if body and len(body) <= MAX_PARSED_BODY_BYTES and body.lstrip()[:1] == b"{":
         try:
-            obj = orjson.loads(body)
+            return orjson.loads(body)
         except orjson.JSONDecodeError:
-            obj = None
+            return None
+    return None
+
+
+def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> RequestFacts:
+    """Facts from the decoded request path, its query string and its body (best effort).
+    `parsed`: `parse_body(body)`, when the caller has it already (one parse per request)."""
+    obj = parse_body(body) if parsed is ... else parsed
     fields: dict[str, Any] = obj if isinstance(obj, dict) else {}
     model = fields.get("model")
     if not isinstance(model, str):

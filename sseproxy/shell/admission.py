@@ -12,7 +12,7 @@ from aiohttp import web
 from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
-from ..core.request import request_facts
+from ..core.request import parse_body, request_facts
 from .record import RequestFacts
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ async def admit(
     except InjectionError as exc:
         status = 403 if "disabled" in str(exc) else 400
         raise Refused(status, "injection", str(exc)) from exc
-    asked = request_facts(request.path, request.query_string, body)
-    secrets = x.facts.secrets.with_body(body)
+    parsed = parse_body(body)  # one parse for the core's facts and for the body's secrets
+    asked = request_facts(request.path, request.query_string, body, parsed)
+    secrets = x.facts.secrets.with_json_body(parsed)
     return x.facts.admitted(body, asked, rules, secrets)
 
 

@@ -229,8 +229,8 @@ def _unforwardable(value: bytes) -> bool:
 def refusal(upstream: aiohttp.ClientResponse) -> str | None:
     """Why this response head cannot be forwarded faithfully, or None when it can (as the
     connection's protocol found when the head arrived, if it still holds the connection)."""
-    connection = upstream.connection
-    handler = connection.protocol if connection is not None else None
+    # The protocol that read the head (aiohttp keeps it after the connection's release).
+    handler = getattr(upstream, "_protocol", None)
     if isinstance(handler, IsolatedHandler):
         head, why = handler.head_checked
         if head is upstream.raw_headers:
