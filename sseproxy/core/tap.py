@@ -118,7 +118,7 @@ class StreamTap:
                         end = chunk.find(b"\n\n") + 2
                         several = 2 <= end < len(chunk)
                         if several:
-                            self._frames(sse.feed(chunk[:end]), assembler)
+                            self.on_frames(sse.feed(chunk[:end]))
                             chunk = chunk[end:]
                     if several and sse.ready:
                         chunk = self._take_blocks(chunk, sse, take_block)
@@ -129,7 +129,7 @@ class StreamTap:
                     assembler.on_event(event)
                     self.events += 1
                     return assembler.content_deltas - before
-                self._frames(sse.feed(chunk), assembler)
+                self.on_frames(sse.feed(chunk))
             except Exception:
                 if self.options.strict:
                     raise
@@ -172,26 +172,6 @@ class StreamTap:
         self.events += taken
         sse.pos += pos
         return b"" if pos == size else chunk[pos:]
-
-    def _frames(self, frames: list[Frame], assembler: Assembler) -> None:
-        """Hand the decoder's frames to the assembler and count them."""
-        if len(frames) == 1:
-            frame = frames[0]
-            if type(frame) is Comment:
-                self.comments += 1
-            else:
-                assembler.on_event(frame)  # type: ignore[arg-type]
-                self.events += 1
-        elif frames:
-            on_event = assembler.on_event
-            comments = 0
-            for frame in frames:
-                if type(frame) is Comment:
-                    comments += 1
-                else:
-                    on_event(frame)  # type: ignore[arg-type]
-            self.comments += comments
-            self.events += len(frames) - comments
 
     @property
     def backlog(self) -> bool:
@@ -299,11 +279,20 @@ class StreamTap:
     # -- events -----------------------------------------------------------------------------
 
     def on_frames(self, frames: list[Frame]) -> None:
-        if self.assembler is None:
+        assembler = self.assembler
+        if assembler is None:
             for frame in frames:
                 self._on_frame_sniffing(frame)
             return
-        on_event = self.assembler.on_event
+        if len(frames) == 1:  # the usual chunk
+            frame = frames[0]
+            if type(frame) is Comment:
+                self.comments += 1
+            else:
+                assembler.on_event(frame)  # type: ignore[arg-type]
+                self.events += 1
+            return
+        on_event = assembler.on_event
         comments = 0
         for frame in frames:
             if type(frame) is Comment:

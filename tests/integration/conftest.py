@@ -14,6 +14,7 @@ from sseproxy.capture import load_capture
 from sseproxy.config import load
 from sseproxy.proxy import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream
+from tests.integration.raw_upstream import WireUpstream
 
 
 class _NotifyingStream(io.StringIO):
@@ -78,6 +79,15 @@ async def upstream(aiohttp_server) -> tuple[FakeUpstream, str]:
     fake = FakeUpstream()
     server = await aiohttp_server(fake.app())
     return fake, str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def wire() -> Any:
+    """An upstream that plays `wire.steps` byte for byte on every connection."""
+    up = WireUpstream()
+    await up.start()
+    yield up
+    await up.stop()
 
 
 @pytest.fixture

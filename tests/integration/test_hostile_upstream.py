@@ -12,7 +12,6 @@ import aiohttp
 import pytest
 
 from tests.integration.fake_upstream import AwaitClose, Reset, Script, Send, Sleep
-from tests.integration.raw_upstream import WireUpstream
 from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
@@ -34,14 +33,6 @@ def chunk(data: bytes) -> bytes:
 CHUNKED_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
-
-
-@pytest.fixture
-async def wire():
-    up = WireUpstream()
-    await up.start()
-    yield up
-    await up.stop()
 
 
 async def fetch(url: str, method: str = "POST") -> tuple[int, dict, bytes, BaseException | None]:

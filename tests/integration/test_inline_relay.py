@@ -15,7 +15,6 @@ from sseproxy.shell import record as records
 from sseproxy.shell.inline import InlineRelay
 from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import Script, Send, Sleep
-from tests.integration.raw_upstream import WireUpstream
 from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
@@ -29,6 +28,11 @@ def numbered(n: int) -> list[bytes]:
     """n distinct Chat events, then the end: any reordering or loss shows in the bytes."""
     events = [sse(chat_chunk(f" {i}")) for i in range(n)]
     return [*events, sse(chat_chunk(finish="stop")), b"data: [DONE]\n\n"]
+
+
+def paced(pieces: list[bytes]) -> list[Send | Sleep]:
+    """Each piece sent on its own, 2 ms apart: one upstream chunk each."""
+    return [step for piece in pieces for step in (Send(piece), Sleep(0.002))]
 
 
 @pytest.fixture
@@ -45,23 +49,12 @@ def inline_chunks(monkeypatch) -> list[int]:
     return seen
 
 
-@pytest.fixture
-async def wire():
-    up = WireUpstream()
-    await up.start()
-    yield up
-    await up.stop()
-
-
 async def test_a_paced_stream_is_relayed_inline_after_its_first_chunk(
     upstream, make_proxy, logs, inline_chunks
 ) -> None:
     fake, _ = upstream
     events = numbered(40)
-    steps: list[Send | Sleep] = []
-    for event in events:
-        steps += [Send(event), Sleep(0.002)]
-    fake.script(PATH, Script(steps))
+    fake.script(PATH, Script(paced(events)))
     client = await make_proxy()
     resp = await client.post(PATH, json={"stream": True})
     assert await resp.read() == b"".join(events)
@@ -122,19 +115,13 @@ async def test_drills_and_compressed_bodies_stay_on_the_loop(
 ) -> None:
     fake, _ = upstream
     events = numbered(10)
-    steps: list[Send | Sleep] = []
-    for event in events:
-        steps += [Send(event), Sleep(0.002)]
-    fake.script(PATH, Script(steps))
+    fake.script(PATH, Script(paced(events)))
     client = await make_proxy(allow_inject=True)
     resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "delay=1"})
     assert await resp.read() == b"".join(events)
     packed = gzip.compress(b"".join(events))
     parts = [packed[i : i + 50] for i in range(0, len(packed), 50)]
-    gz_steps: list[Send | Sleep] = []
-    for part in parts:
-        gz_steps += [Send(part), Sleep(0.002)]
-    fake.script(PATH, Script(gz_steps, headers={"Content-Encoding": "gzip"}))
+    fake.script(PATH, Script(paced(parts), headers={"Content-Encoding": "gzip"}))
     resp = await client.post(PATH, json={}, auto_decompress=False)
     assert await resp.read() == packed
     records_ = await logs.wait(2)
@@ -147,10 +134,7 @@ async def test_a_bug_of_ours_in_the_inline_path_breaks_the_client_and_keeps_the_
 ) -> None:
     fake, _ = upstream
     events = numbered(20)
-    steps: list[Send | Sleep] = []
-    for event in events:
-        steps += [Send(event), Sleep(0.002)]
-    fake.script(PATH, Script(steps))
+    fake.script(PATH, Script(paced(events)))
     calls = 0
     chunk = records.Timings.chunk
 
@@ -178,10 +162,7 @@ async def test_an_http10_client_gets_the_body_unframed_and_whole(
     the end is the close, as aiohttp's own writer does."""
     fake, url = upstream
     events = numbered(30)
-    steps: list[Send | Sleep] = []
-    for event in events:
-        steps += [Send(event), Sleep(0.002)]
-    fake.script(PATH, Script(steps))
+    fake.script(PATH, Script(paced(events)))
     proxy = await proxy_server(url)
     port = int(proxy.rsplit(":", 1)[1])
     request = b"POST " + PATH.encode() + b" HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}"

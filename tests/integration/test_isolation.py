@@ -9,17 +9,8 @@ import aiohttp
 import pytest
 
 from tests.integration.fake_upstream import AwaitClose, Script, Send, Sleep
-from tests.integration.raw_upstream import WireUpstream
 
 PATH = "/v1/chat/completions"
-
-
-@pytest.fixture
-async def wire():
-    up = WireUpstream()
-    await up.start()
-    yield up
-    await up.stop()
 
 
 async def test_upstream_headers_that_never_come_are_a_504(wire, proxy_server, logs) -> None:

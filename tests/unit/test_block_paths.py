@@ -10,8 +10,6 @@ chunk, an oversized event) must fall off the fast path and still agree.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -23,22 +21,7 @@ from sseproxy.core.dialects.anthropic_messages import AnthropicMessagesAssembler
 from sseproxy.core.dialects.fastpath import PAD, SHAPE_MAX_BYTES, TEXT, Shape
 from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
 from sseproxy.core.dialects.openai_responses import OpenAIResponsesAssembler
-
-ASSEMBLERS: dict[Dialect, Any] = {
-    Dialect.OPENAI_CHAT: OpenAIChatAssembler,
-    Dialect.ANTHROPIC_MESSAGES: AnthropicMessagesAssembler,
-    Dialect.OPENAI_RESPONSES: OpenAIResponsesAssembler,
-}
-
-
-@contextmanager
-def full_parse(dialect: Dialect) -> Iterator[None]:
-    cls = ASSEMBLERS[dialect]
-    cls.fast_path = False
-    try:
-        yield
-    finally:
-        cls.fast_path = True
+from tests.fast_paths import full_parse
 
 
 def observe(chunks: list[bytes], dialect: Dialect, cap: int) -> tuple[Any, ...]:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, StreamTap, TapOptions
 from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
-from tests.unit.test_block_paths import CHAT_END, CHAT_VARIANTS, chat, full_parse, observe
+from tests.fast_paths import full_parse
+from tests.unit.test_block_paths import CHAT_END, CHAT_VARIANTS, chat, observe
 
 DELTAS = [chat(b"d%d" % i, pad=b"t%d" % (1000 + i)) for i in range(12)]
 

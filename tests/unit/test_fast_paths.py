@@ -7,8 +7,6 @@ is, so that a fast path that agrees with a broken full path still fails.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,31 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, StreamTap, TapOptions, Verdict
-from sseproxy.core.dialects.anthropic_messages import AnthropicMessagesAssembler
-from sseproxy.core.dialects.openai_chat import OpenAIChatAssembler
-from sseproxy.core.dialects.openai_responses import OpenAIResponsesAssembler
 from tests.corpus import body, manifest
+from tests.fast_paths import ASSEMBLERS, full_parse
 from tests.streams import cut
 
-ASSEMBLERS: dict[Dialect, Any] = {
-    Dialect.OPENAI_CHAT: OpenAIChatAssembler,
-    Dialect.ANTHROPIC_MESSAGES: AnthropicMessagesAssembler,
-    Dialect.OPENAI_RESPONSES: OpenAIResponsesAssembler,
-}
 CORPUS = {
     dialect: [body(e) for e in manifest() if e["dialect"] == dialect.value]
     for dialect in ASSEMBLERS
 }
-
-
-@contextmanager
-def full_parse(dialect: Dialect) -> Iterator[None]:
-    cls = ASSEMBLERS[dialect]
-    cls.fast_path = False
-    try:
-        yield
-    finally:
-        cls.fast_path = True
 
 
 def analyse(chunks: list[bytes], dialect: Dialect) -> tuple[Verdict, dict[str, Any]]:
