@@ -11,10 +11,14 @@ import gzip
 import aiohttp
 import pytest
 
+from sseproxy.config import load
+from sseproxy.proxy import create_app
 from sseproxy.shell import record as records
 from sseproxy.shell.inline import InlineRelay
 from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import Script, Send, Sleep
+from tests.integration.raw_upstream import Body, Pause, RawScript, RawUpstream
+from tests.integration.test_transport_truth import CASES, HEADERS, PATHS, TRUNCATIONS, fetch
 from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
@@ -173,3 +177,29 @@ async def test_an_http10_client_gets_the_body_unframed_and_whole(
     [record] = await logs.wait(1)
     assert record["state"] == "completed" and record["client_bytes"] == len(body)
     assert sum(inline_chunks) == len(body) - len(events[0])
+
+
+@pytest.mark.parametrize("cut", [TRUNCATIONS[0], TRUNCATIONS[2]], ids=lambda t: t.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: str(c.dialect))
+async def test_a_body_cut_while_inline_is_interrupted_and_the_client_sees_the_break(
+    case, cut, aiohttp_client, logs, inline_chunks
+) -> None:
+    """The transport-truth cuts, made after the inline path has taken over: the body arrives
+    in 40-byte HTTP chunks 5 ms apart, then the upstream hangs up or resets."""
+    raw = RawUpstream()
+    await raw.start()
+    try:
+        body = case.decided
+        pieces = [body[i : i + 40] for i in range(0, len(body), 40)]
+        steps = [step for p in pieces for step in (Body(p), Pause(0.005))]
+        headers = dict(HEADERS.get(case, {"Content-Type": "text/event-stream"}))
+        raw.script = RawScript([*steps, cut.end()], framing="chunked", headers=headers)
+        client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
+        got, broke = await fetch(client, PATHS[case])
+    finally:
+        await raw.stop()
+    assert (got, broke) == (body, True)
+    [record] = await logs.wait(1)
+    assert (record["state"], record["http_complete"]) == ("interrupted", False)
+    assert record["interruption"]["reason"] == cut.reason
+    assert sum(inline_chunks) == len(body) - len(pieces[0])  # all but the first went inline
