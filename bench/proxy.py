@@ -1,6 +1,6 @@
 """End-to-end proxy benchmark: direct vs naive pass-through vs sseproxy, interleaved rounds.
 
-`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r] [--quick]`
+`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r] [--quick] [--baseline SRC]`
 
 Every candidate runs as its own process beside one upstream process and one load-generator
 process, all on loopback. Per round and candidate: the load generator's latency figures, and
@@ -11,6 +11,10 @@ rounds, and added latency is measured against the direct run of the same round.
 Two floors: the naive pass-through on asyncio's default loop and on uvloop. sseproxy runs on
 uvloop, so the ratios and the targets (issue 14) are against the naive pass-through on uvloop;
 the asyncio row shows what the loop alone is worth.
+
+`--baseline SRC` adds a fifth candidate, `sseproxy-baseline`: the sseproxy package found in the
+source tree SRC (a checkout of an earlier commit, e.g. made with `git worktree add`), run in the
+same rounds, so a change is measured side by side with the code before it.
 """
 
 from __future__ import annotations
@@ -56,6 +60,13 @@ SCENARIOS = {
     # Short requests: what each request costs beyond its events (verdict, record, log, metrics,
     # and the setup of its analysis), as CPU per request over the floor's.
     "r": Scenario("r: 2,000 requests of 1 event, over 2 s", 2000, 1, 0, spread=2.0),
+    # A few clients reading as fast as they can, the upstream writing 16 events at a time: the
+    # cost of the relay and analysis per byte, with nothing to hide it behind.
+    "bulk": Scenario(
+        "bulk: 4 x 100,000 flat out, 16 / write", 4, 100_000, 0, per_write=16, spread=0.1
+    ),
+    # Many slow streams at once: memory per stream and the event loop's latency under load.
+    "s2000": Scenario("s2000: 2,000 x 400 @ 50 ms", 2000, 400, 50, spread=5.0),
     "anthropic": Scenario(
         "b': 500 x 100 @ 50 ms, Anthropic", 500, 100, 50, spread=2.0, dialect="anthropic"
     ),
@@ -91,12 +102,15 @@ def has_uvloop() -> bool:
 
 
 # The candidates a run compares, in order; `naive-uvloop` is the floor when uvloop is installed.
-DIRECT, NAIVE_ASYNCIO, NAIVE_UVLOOP, SSEPROXY = (
+DIRECT, NAIVE_ASYNCIO, NAIVE_UVLOOP, SSEPROXY, BASELINE = (
     "direct",
     "naive-asyncio",
     "naive-uvloop",
     "sseproxy",
+    "sseproxy-baseline",
 )
+# The source tree of `sseproxy-baseline` (set by --baseline).
+BASELINE_SRC: list[str] = []
 
 
 def free_port() -> int:
@@ -148,8 +162,11 @@ def start_proxy(kind: str, upstream: str, logdir: Path) -> tuple[subprocess.Pope
             "--max-concurrent-streams",
             "100000",
         ]
-        out = open(logdir / "sseproxy.log", "ab")  # noqa: SIM115 (closed with the process)
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        out = open(logdir / f"{kind}.log", "ab")  # noqa: SIM115 (closed with the process)
+    env = None
+    if kind == BASELINE:  # the earlier tree's package comes first on the path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(BASELINE_SRC)}
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
     wait_port(port)
     return proc, port
 
@@ -231,6 +248,16 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
         )
     floor_kind = NAIVE_UVLOOP if NAIVE_UVLOOP in results else NAIVE_ASYNCIO
     naive, ours = results[floor_kind], results[SSEPROXY]
+    if BASELINE in results:
+        base = results[BASELINE]
+        print(
+            f"\nsseproxy vs sseproxy-baseline: CPU/event "
+            f"{med(ours, 'cpu_us_per_event'):.1f} vs {med(base, 'cpu_us_per_event'):.1f} µs; "
+            f"events/s {med(ours, 'events_per_s'):,.0f} vs {med(base, 'events_per_s'):,.0f}; "
+            f"peak RSS {med(ours, 'peak_rss_mb'):.0f} vs {med(base, 'peak_rss_mb'):.0f} MB; "
+            f"added p99 {added(ours, 'lat_p99_ms'):+.2f} vs {added(base, 'lat_p99_ms'):+.2f} ms; "
+            f"TTFB p99 {med(ours, 'ttfb_p99_ms'):.1f} vs {med(base, 'ttfb_p99_ms'):.1f} ms"
+        )
 
     def ratio(key: str, a: list[dict[str, float]], b: list[dict[str, float]]) -> float:
         return med(a, key) / med(b, key)
@@ -272,6 +299,13 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
         targets.append(("events/s >= 0.8x floor", f"{rate_naive:.2f}x", rate_naive >= 0.8))
     elif key == "e":
         targets.append(("CPU/event <= floor + 2 µs", f"{cpu_extra:+.1f} µs", cpu_extra <= 2))
+    elif key == "bulk":
+        targets.append(("events/s >= 0.5x direct", f"{rate_direct:.2f}x", rate_direct >= 0.5))
+    elif key == "s2000":
+        targets += [
+            ("CPU/event <= floor", f"{cpu_ratio:.2f}x", cpu_ratio <= 1.0),
+            ("added p99 <= floor's", f"{p99_ratio:.2f}x", p99_ratio <= 1.0 or o99 <= n99),
+        ]
     elif key == "r":
         per_request = med(ours, "cpu_us_per_request") - med(naive, "cpu_us_per_request")
         print(
@@ -293,11 +327,18 @@ def main() -> None:
     parser.add_argument("--scenarios", default="a,b,c,d,e,burst,r")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", metavar="FILE", help="also write every round's figures here")
+    parser.add_argument(
+        "--baseline", metavar="SRC", help="also run the sseproxy package of this source tree"
+    )
     args = parser.parse_args()
+    if args.baseline:
+        BASELINE_SRC.append(str(Path(args.baseline).resolve()))
     table = QUICK if args.quick else SCENARIOS
     up_port = free_port()
     upstream_proc = subprocess.Popen([sys.executable, "-m", "bench.upstream", str(up_port)])
     kinds = [DIRECT, NAIVE_ASYNCIO, *([NAIVE_UVLOOP] if has_uvloop() else []), SSEPROXY]
+    if args.baseline:
+        kinds.append(BASELINE)
     upstream = f"http://127.0.0.1:{up_port}"
     logdir = Path(tempfile.mkdtemp(prefix="sseproxy-bench-"))
     everything: dict[str, dict[str, list[dict[str, float]]]] = {}
