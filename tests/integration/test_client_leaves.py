@@ -95,9 +95,7 @@ async def test_a_client_that_read_a_whole_compressed_body_did_not_leave(
     raw.script = RawScript([Body(body)], framing=f"length:{len(body)}", headers=headers)
     server = await aiohttp_server(create_app(load(None, {}, {"upstream": raw.url})))
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-    )
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
     head = await reader.readuntil(b"\r\n\r\n")
     assert b"Content-Length: %d" % len(body) in head
     got = await reader.readexactly(len(body))
