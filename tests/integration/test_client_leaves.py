@@ -113,3 +113,21 @@ async def test_a_client_that_read_a_whole_compressed_body_did_not_leave(
         6 * deltas,
     )
     assert "events_delivered" not in record  # only for a client that left or a break
+
+
+async def test_a_client_leaving_before_the_gzip_trailer_counts_no_truncated_body(
+    raw, aiohttp_client, logs
+) -> None:
+    """The whole stream decompresses before the gzip trailer: a client that left at `[DONE]`
+    did not wait for the trailer, so its absence is no finding."""
+    body = gzip.compress(CHAT.whole)
+    headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+    raw.script = RawScript([Body(body[:-8]), Pause(1), Body(body[-8:])], headers=headers)
+    client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
+    await read_until(client, CHAT_PATH, b"[DONE]")
+    record = (await logs.wait())[0]
+    assert (record["state"], record["http_complete"], record["anomalies"]) == (
+        "completed",
+        None,
+        {},
+    )
