@@ -281,8 +281,8 @@ class Assembler:
 
         `partial`: an unterminated block was discarded. `body_complete`: the HTTP body ended by
         its own framing. When it did not, return the outcome the events had already decided
-        (the tap keeps it only for a client that left after it, or after the end marker) and
-        count no anomaly that assumes a whole body.
+        (the tap keeps it for a client that left after it; a cut body is `interrupted`, the
+        outcome kept as its finish reason) and count no anomaly that assumes a whole body.
         """
         if self.error is not None:
             return Outcome(State.FAILED, None, FinishCategory.ERROR)
