@@ -38,8 +38,10 @@ DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
 # Assembler anomalies for a message the analysis could not decode, and so neither could the
-# client's decoder (botocore raises on a Bedrock chunk whose `bytes` is not base64).
+# client's decoder (botocore raises on a Bedrock chunk whose `bytes` is not base64, and on a
+# Converse payload or Invoke envelope that is not JSON; apps `json.loads` Invoke's bytes).
 UNDECODABLE = ("invalid_chunk_bytes",)
+UNDECODABLE_EVENTSTREAM = ("json_decode_error",)
 # States that a client leaving cannot change once the events decided them.
 KNOWN_OUTCOMES = {State.COMPLETED, State.INCOMPLETE, State.FAILED}
 
@@ -398,7 +400,10 @@ class StreamTap:
         result = assembler.summarize(partial > 0, body_complete)
         outcome = result.outcome
         state = self._transport_rule(result, end, body_complete)
-        undecodable = any(result.anomalies.get(why) for why in UNDECODABLE)
+        undecodable = any(result.anomalies.get(why) for why in UNDECODABLE) or (
+            self.framing is Framing.EVENTSTREAM
+            and any(result.anomalies.get(why) for why in UNDECODABLE_EVENTSTREAM)
+        )
         cut = not body_complete and end != EndReason.CLIENT_DISCONNECTED
         if (
             (self._blind is not None or undecodable)
