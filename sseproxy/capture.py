@@ -34,6 +34,8 @@ FORMAT_VERSION = 1
 MAX_INDEX_ENTRIES = 200_000
 # Decoded bytes of one compressed capture searched for credentials; beyond, it is withheld.
 MAX_DECODED_CHECK_BYTES = 64 * 1024 * 1024
+# Why a capture's body file stops before the body did (`truncated_reason` in the sidecar).
+TRUNCATED_REASON = "capture_max_bytes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,17 +106,25 @@ class Capture:
         self.size = 0
         self.offset = 0
         self.index: list[tuple[int, int, float]] = []
-        self.truncated = False
+        # Where the body file stops, when the cap stopped it: nothing after it is stored, so
+        # the file is always the body's first bytes (never a later small chunk after a gap).
+        self.truncated_at: int | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.truncated_at is not None
 
     def chunk(self, data: bytes, now: float) -> None:
         if len(self.index) < MAX_INDEX_ENTRIES:
             self.index.append((self.offset, len(data), round((now - self.start) * 1000, 3)))
         self.offset += len(data)
+        if self.truncated_at is not None:
+            return
         if self.size + len(data) <= self.settings.max_bytes:
             self.parts.append(data)
             self.size += len(data)
         else:
-            self.truncated = True
+            self.truncated_at = self.size
 
     def sidecar(
         self, meta: dict[str, Any], body_file: str, withheld: str | None = None
@@ -128,6 +138,11 @@ class Capture:
             "body_file": body_file,
             "body_bytes": 0 if withheld else self.size,
             "truncated": self.truncated,
+            **(
+                {"truncated_at": self.truncated_at, "truncated_reason": TRUNCATED_REASON}
+                if self.truncated_at is not None
+                else {}
+            ),
             **({"body_withheld": withheld} if withheld else {}),
             "chunks": self.index,
         }
@@ -264,6 +279,15 @@ def load_capture(path: Path) -> tuple[dict[str, Any], bytes]:
         raise ValueError(f"{path} is not an sseproxy capture")
     body = (path.parent / sidecar["body_file"]).read_bytes()
     return sidecar, body
+
+
+def partial_at(sidecar: dict[str, Any]) -> int | None:
+    """Where a capture's body file stops short of the body, or None when it holds it all.
+    (Captures from before `truncated_at` say only `truncated`: their file may have holes.)"""
+    if not sidecar.get("truncated"):
+        return None
+    at = sidecar.get("truncated_at")
+    return at if isinstance(at, int) and not isinstance(at, bool) else 0
 
 
 def recorded_chunks(sidecar: dict[str, Any], body: bytes) -> list[bytes]:

@@ -82,7 +82,9 @@ def from_capture(path: Path) -> Recording:
         status=sidecar.get("status") or 200,
         headers=headers,
         chunks=list(zip(pieces, times, strict=False)),
-        http_complete=sidecar.get("http_complete", True),
+        # A body cut, left by its client, or stored only in part is served cut: the mock
+        # cannot make up how it would have ended.
+        http_complete=sidecar.get("http_complete", True) is True and not sidecar.get("truncated"),
         end=sidecar.get("end") or str(EndReason.UPSTREAM_CLOSED),
     )
 

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .capture import recorded_chunks
+from .capture import TRUNCATED_REASON, partial_at, recorded_chunks
 from .core import (
     Dialect,
     EndReason,
@@ -25,6 +25,9 @@ from .core.tap import Framing
 EXIT_COMPLETED = 0
 EXIT_NOT_COMPLETED = 1
 EXIT_USAGE = 2
+EXIT_PARTIAL = 3  # the capture holds only the body's first bytes: no verdict of the whole
+# The end a replay of a partial capture gives the tap: its bytes stop where the file does.
+CAPTURE_TRUNCATED = "capture_truncated"
 # Random chunk sizes span one byte (every split point) to a typical socket read.
 RANDOM_CHUNK_MAX = 4096
 
@@ -58,21 +61,28 @@ def replay(
     options: ReplayOptions,
     out: TextIO = sys.stdout,
     capture: dict[str, Any] | None = None,
+    err: TextIO = sys.stderr,
 ) -> int:
     """Feed `data` through the core and print the verdict. With a capture sidecar, the
     recorded chunking, dialect, encoding, status and ending are used unless options say
-    otherwise, so the recorded verdict is reproduced."""
+    otherwise, so the recorded verdict is reproduced. A capture cut at its size cap is
+    replayed as far as it goes, said so (`partial_capture`), and exits `EXIT_PARTIAL`."""
     dialect, encoding, end, status = options.dialect, None, str(EndReason.END_OF_INPUT), None
-    http_complete = True  # a saved body file is taken as the whole body
+    http_complete: bool | None = True  # a saved body file is taken as the whole body
     pieces: Iterable[bytes] = chunks(data, options)
+    partial = None
     if capture is not None:
         dialect = dialect or Dialect(capture["dialect"])
         encoding = capture.get("content_encoding")
         end = capture.get("end") or end
         status = capture.get("status")
-        http_complete = capture.get("http_complete", True) is not False
+        recorded = capture.get("http_complete", True)
+        http_complete = recorded if recorded is None or isinstance(recorded, bool) else True
         if options.chunk_size is None and options.random_seed is None:
             pieces = recorded_chunks(capture, data)
+        partial = partial_at(capture)
+        if partial is not None:  # the bytes stop where the file does, short of the body
+            end, http_complete = CAPTURE_TRUNCATED, False
     tap = StreamTap(dialect, content_encoding=encoding, options=TapOptions())
     events = SSEDecoder() if options.events and not encoding else None
     lines: list[bytes] = []
@@ -90,5 +100,14 @@ def replay(
             out.write(line.decode() + "\n")
     if options.content:
         out.write(orjson.dumps({"content": tap.describe()}).decode() + "\n")
-    out.write(orjson.dumps(verdict.to_dict()).decode() + "\n")
+    result = verdict.to_dict()
+    if partial is not None:
+        result["partial_capture"] = {"truncated_at": partial, "reason": TRUNCATED_REASON}
+        err.write(
+            f"sseproxy replay: partial capture: the body file stops at byte {partial} "
+            f"({TRUNCATED_REASON}); the verdict is of those bytes only\n"
+        )
+    out.write(orjson.dumps(result).decode() + "\n")
+    if partial is not None:
+        return EXIT_PARTIAL
     return EXIT_COMPLETED if verdict.state == "completed" else EXIT_NOT_COMPLETED

@@ -69,7 +69,7 @@ def verdict_of(
     end: EndReason = EndReason.END_OF_INPUT,
     bytewise: bool = True,
     *,
-    http_complete: bool = True,
+    http_complete: bool | None = True,
     content_type: str | None = None,
     request: RequestFacts | None = None,
 ) -> Verdict:

@@ -33,10 +33,10 @@ streams); byte rules then cut the resulting bytes into writes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from .dialects import sniff, spec_for
+from .dialects.base import loads
 from .events import Framing, SSEEvent
 from .eventstream import MIN_MESSAGE_BYTES
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
@@ -372,7 +372,7 @@ class Injector:
         if event is None:
             return
         try:
-            seq = json.loads(event.data).get("sequence_number")
+            seq = loads(event.data).get("sequence_number")
         except (ValueError, AttributeError):
             return
         if isinstance(seq, int) and not isinstance(seq, bool) and seq >= self.next_sequence:

@@ -37,6 +37,11 @@ SNIFF_EVENTS = 32
 DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
+# Assembler anomalies for a message the analysis could not decode, and so neither could the
+# client's decoder (botocore raises on a Bedrock chunk whose `bytes` is not base64, and on a
+# Converse payload or Invoke envelope that is not JSON; apps `json.loads` Invoke's bytes).
+UNDECODABLE = ("invalid_chunk_bytes",)
+UNDECODABLE_EVENTSTREAM = ("json_decode_error",)
 # States that a client leaving cannot change once the events decided them.
 KNOWN_OUTCOMES = {State.COMPLETED, State.INCOMPLETE, State.FAILED}
 
@@ -209,13 +214,14 @@ class StreamTap:
         return (self.assembler.content_deltas if self.assembler else 0) - before
 
     def close(
-        self, end: EndReason | str = EndReason.END_OF_INPUT, *, http_complete: bool = True
+        self, end: EndReason | str = EndReason.END_OF_INPUT, *, http_complete: bool | None = True
     ) -> Verdict:
         """The bytes ended for `end`; decide. Idempotent: later calls return the same verdict.
 
-        `http_complete`: the body ended by its own HTTP framing (last-chunk, Content-Length,
-        or the close of a close-delimited body). A body that did not is never a success unless
-        the dialect's end marker had already arrived.
+        `http_complete`: True when the body ended by its own HTTP framing (last-chunk,
+        Content-Length, or the close of a close-delimited body); False when it was cut; None
+        when nobody knows (the client left and the proxy stopped reading before the end). A
+        cut body is `interrupted`, also after the dialect's end marker: the client saw it break.
         """
         if self._verdict is None:
             try:
@@ -361,11 +367,12 @@ class StreamTap:
         self._blind = why
         self._direct = None
 
-    def _finish_framing(self) -> int:
+    def _finish_framing(self, rest_unseen: bool = False) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""
         while self.backlog:  # a caller that did not pump: the budget bounds this
             self.pump()
-        if self._decoder is not None and self._blind is None and not self._decoder.finish():
+        decoder = self._decoder
+        if decoder is not None and self._blind is None and not decoder.finish() and not rest_unseen:
             self.anomalies["truncated_compressed_body"] += 1
         if self._reader is None and self._choice is not None:
             framing = self._choice.finish()
@@ -380,24 +387,35 @@ class StreamTap:
                 self._blind = why  # counted by the reader; part of the body was not seen
         return partial
 
-    def _conclude(self, end: str, http_complete: bool) -> Verdict:
+    def _conclude(self, end: str, http_complete: bool | None) -> Verdict:
+        # The client left before the body's framing completed: what it did not wait for was
+        # never read, so findings that need the rest of the body are not made.
+        rest_unseen = end == EndReason.CLIENT_DISCONNECTED and http_complete is not True
         if self._blind is None:
-            partial = self._finish_framing()
+            partial = self._finish_framing(rest_unseen)
         else:  # what was not analysed can still tell where the bytes stopped
             partial = self._reader.decoder.partial_bytes if type(self._reader) is SSEReader else 0
         assembler = self.assembler or new_assembler(self.dialect or Dialect.SSE)
-        body_complete = http_complete and end in CLEAN_ENDS
+        body_complete = http_complete is True and end in CLEAN_ENDS
         result = assembler.summarize(partial > 0, body_complete)
         outcome = result.outcome
         state = self._transport_rule(result, end, body_complete)
-        if self._blind is not None and not (
-            state is State.FAILED or (result.terminal and state is State.INCOMPLETE)
+        undecodable = any(result.anomalies.get(why) for why in UNDECODABLE) or (
+            self.framing is Framing.EVENTSTREAM
+            and any(result.anomalies.get(why) for why in UNDECODABLE_EVENTSTREAM)
+        )
+        cut = not body_complete and end != EndReason.CLIENT_DISCONNECTED
+        if (
+            (self._blind is not None or undecodable)
+            and not (cut and state is State.INTERRUPTED)  # the client saw the break: certain
+            and not (state is State.FAILED or (result.terminal and state is State.INCOMPLETE))
         ):
-            # Part of the stream went unseen: whatever came after could change the verdict.
+            # Part of the stream went unseen, or could not be decoded (the client's decoder
+            # raises on it too): whatever it held could change the verdict.
             state = State.UNCONFIRMED
         if partial:
             self.anomalies["partial_event_discarded"] += 1
-        self._request_checks(state, result)
+        state = self._request_checks(state, result, rest_unseen)
         interruption = None
         if state is State.INTERRUPTED or (
             end == EndReason.CLIENT_DISCONNECTED and not result.terminal
@@ -433,36 +451,47 @@ class StreamTap:
 
     def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:
         """How the bytes ended decides whether the events' outcome stands (PROTOCOLS §9.2 plus
-        the HTTP framing): a truncated body is `interrupted` unless the end marker (or an
-        in-band error) had arrived; a client that left after the outcome was known keeps it."""
+        the HTTP framing): a body cut by the upstream or the proxy is `interrupted`, also after
+        the end marker (every client that reads to the end raises); an in-band error stands
+        (the client raised it first); a client that left after the outcome was known keeps it."""
         state = result.outcome.state
         if self.bytes == 0 and state is not State.FAILED:
             self.anomalies["empty_body"] += 1
             return State.UNCONFIRMED if body_complete else State.INTERRUPTED
         if body_complete:
             return state
-        if result.terminal or result.error is not None:
-            if end != EndReason.CLIENT_DISCONNECTED:
-                self.anomalies["truncated_after_terminal"] += 1
+        if end == EndReason.CLIENT_DISCONNECTED:
+            if result.terminal or result.error is not None:
+                return state
+            if state in KNOWN_OUTCOMES:
+                self.anomalies["client_left_before_end"] += 1
+                return state
+            return State.INTERRUPTED
+        if result.error is not None and state is State.FAILED:
             return state
-        if end == EndReason.CLIENT_DISCONNECTED and state in KNOWN_OUTCOMES:
-            self.anomalies["client_left_before_end"] += 1
-            return state
+        if result.terminal:
+            # The answer itself was whole: clients that stop reading at the end marker (the
+            # openai-python Chat iterator, langchain) saw no error; the others raised.
+            self.anomalies["truncated_after_terminal"] += 1
         return State.INTERRUPTED
 
-    def _request_checks(self, state: State, result: Assembly) -> None:
-        """Compare the response with what the request asked for."""
+    def _request_checks(self, state: State, result: Assembly, rest_unseen: bool) -> State:
+        """Compare the response with what the request asked for; returns the state."""
         facts = self.request
         if facts.stream_framing and self.framing is Framing.JSON_BODY and result.error is None:
+            # Every streaming helper raises on one JSON document: nothing confirms an answer.
             self.anomalies["stream_not_honoured"] += 1
-        if state not in (State.COMPLETED, State.INCOMPLETE):
-            return
+            if state in (State.COMPLETED, State.INCOMPLETE):
+                state = State.UNCONFIRMED
+        if state not in (State.COMPLETED, State.INCOMPLETE) or rest_unseen:
+            return state
         if facts.include_usage and result.usage is None:
             self.anomalies["usage_missing"] += 1
         if facts.choices is not None and facts.choices > 1:
             finished = result.outcome.finish_reasons or (result.outcome.finish_reason,)
             if sum(1 for r in finished if r is not None) < facts.choices:
                 self.anomalies["choices_missing"] += 1
+        return state
 
     # -- for callers that want more than the verdict ----------------------------------------
 

@@ -116,8 +116,9 @@ class Verdict:
     last_event_id: str | None = None
     interruption: Interruption | None = None
     # The upstream body ended by its own HTTP framing (last-chunk, Content-Length reached, or
-    # the close of a close-delimited body). False for every cut, whoever made it.
-    http_complete: bool = True
+    # the close of a close-delimited body). False for a cut by the upstream or the proxy; None
+    # when the client left before the framing completed (the proxy stopped reading: unknown).
+    http_complete: bool | None = True
     error: ErrorInfo | None = None
     anomalies: Mapping[str, int] = field(default_factory=dict)
     bytes: int = 0

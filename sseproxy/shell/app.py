@@ -21,7 +21,7 @@ from .. import __version__
 from ..admin import admin_refusal
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
-from ..core import Dialect, EndReason, ErrorInfo, State, Verdict
+from ..core import Dialect, ErrorInfo, State, Verdict
 from ..inspector import Inspector
 from ..metrics import Metrics
 from ..redact import Secrets
@@ -153,9 +153,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         except Refused as refused:
             return await send_own(request, x, refused)
         except asyncio.CancelledError:
-            shutdown = state.shutting_down
-            x.progress.end = EndReason.PROXY_SHUTDOWN if shutdown else EndReason.CLIENT_DISCONNECTED
-            x.progress.http_complete = False
+            x.progress.cancelled(state.shutting_down)
             raise
         except Exception as exc:  # a bug of ours: still one record, and the client sees a break
             x.progress.end = "proxy_error"

@@ -153,8 +153,37 @@ class Progress:
     delivery: ClientDelivery | None = None
     pacing: Pacing | None = None
     end: EndReason | str = EndReason.END_OF_INPUT
-    http_complete: bool = False
+    # The upstream body ended by its framing (True), was cut (False), or nobody knows: the
+    # client left and the proxy stopped reading (None).
+    http_complete: bool | None = False
+    # Every byte of the response reached the client's connection: its close is no leaving.
+    delivered: bool = False
+    upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
     proxy_error: ErrorInfo | None = None
+
+    def client_left(self, upstream_ended: bool) -> None:
+        """The client went before the last byte: `http_complete` says what the proxy knows of
+        the upstream body, never `false` (the client saw no broken transfer)."""
+        self.upstream_ended = upstream_ended
+        self.end = EndReason.CLIENT_DISCONNECTED
+        self.http_complete = True if upstream_ended else None
+
+    def cancelled_at(self, upstream_ended: bool, received_all: bool) -> None:
+        """The handler is being cancelled mid-relay: note how far the response had got, for
+        `cancelled` to decide once the cause is known."""
+        self.upstream_ended = upstream_ended
+        if received_all and upstream_ended:
+            self.end, self.http_complete, self.delivered = EndReason.UPSTREAM_CLOSED, True, True
+
+    def cancelled(self, shutdown: bool) -> None:
+        """The handler was cancelled: the client left, or the proxy shuts down (its own cut).
+        A client that had received every byte did not leave early; nothing changes then."""
+        if self.delivered:
+            return
+        if shutdown:
+            self.end, self.http_complete = EndReason.PROXY_SHUTDOWN, False
+        else:
+            self.client_left(self.upstream_ended)
 
 
 def proxy_error(etype: str, message: str) -> ErrorInfo:

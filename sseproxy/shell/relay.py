@@ -230,12 +230,25 @@ async def respond(
         p.end, p.http_complete = EndReason.UPSTREAM_CLOSED, True
     except Ended as ended:
         p.end, p.http_complete = ended.reason, False
+        if ended.reason is EndReason.CLIENT_DISCONNECTED:
+            p.client_left(upstream.content.at_eof())
+    except asyncio.CancelledError:  # the client left (or a shutdown): how far had it got?
+        p.cancelled_at(upstream.content.at_eof(), received_all(response, p.delivery))
+        raise
     if p.http_complete:
+        p.delivered = True  # every upstream byte was written: a close from now changes nothing
         with contextlib.suppress(Exception):
-            await response.write_eof()  # a client that left after the last byte changes nothing
+            await response.write_eof()
     else:
         break_downstream(request)
     return response
+
+
+def received_all(response: web.StreamResponse, delivery: ClientDelivery | None) -> bool:
+    """Whether the client's connection took every byte of a Content-Length body (its client
+    then has the whole response, and may close while the analysis still runs)."""
+    length = response.content_length
+    return delivery is not None and length is not None and delivery.client_bytes >= length
 
 
 async def relay(

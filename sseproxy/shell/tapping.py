@@ -31,7 +31,8 @@ def open_tap(
     )
 
 
-def close_tap(tap: StreamTap | None, end: EndReason | str, http_complete: bool) -> Verdict:
+def close_tap(tap: StreamTap | None, end: EndReason | str, http_complete: bool | None) -> Verdict:
     """The verdict; `http_complete` is True only when the body ended by its own HTTP framing
-    (last-chunk, exactly Content-Length, or the close of a close-delimited body)."""
+    (last-chunk, exactly Content-Length, or the close of a close-delimited body), None when
+    the client left before it did."""
     return (tap or StreamTap(Dialect.SSE)).close(end, http_complete=http_complete)

@@ -19,7 +19,10 @@ from tests.integration.conftest import captured
 from tests.integration.raw_upstream import RST, Body, Hangup, Pause, RawScript, RawUpstream
 from tests.unit.test_transport_truth import (
     ANTHROPIC,
+    BEDROCK_CONVERSE,
+    BEDROCK_INVOKE,
     CHAT,
+    COHERE,
     GEMINI,
     OLLAMA,
     PLAIN,
@@ -36,10 +39,16 @@ PATHS = {
     VERCEL: "/api/chat-ui",
     OLLAMA: "/api/chat",
     PLAIN: "/events",
+    BEDROCK_CONVERSE: "/model/m/converse-stream",
+    BEDROCK_INVOKE: "/model/m/invoke-with-response-stream",
+    COHERE: "/v2/chat",
 }
+EVENTSTREAM = {"Content-Type": "application/vnd.amazon.eventstream"}
 HEADERS = {
     VERCEL: {"Content-Type": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"},
     OLLAMA: {"Content-Type": "application/x-ndjson"},
+    BEDROCK_CONVERSE: EVENTSTREAM,
+    BEDROCK_INVOKE: EVENTSTREAM,
 }
 CASES = list(PATHS)
 
@@ -103,17 +112,31 @@ async def test_truncated_before_the_end_marker_is_interrupted(
     assert record["interruption"]["reason"] == cut.reason
 
 
+@pytest.mark.parametrize("cut", TRUNCATIONS, ids=lambda t: t.name)
 @pytest.mark.parametrize("case", [c for c in CASES if c.marker], ids=lambda c: str(c.dialect))
-async def test_truncated_after_the_end_marker_keeps_the_state(
-    case: Case, raw, aiohttp_client, logs
+async def test_truncated_after_the_end_marker_is_interrupted_and_keeps_the_outcome(
+    case: Case, cut: Truncation, raw, aiohttp_client, logs
 ) -> None:
-    raw.script = script(case, case.whole, "chunked", Hangup)
+    """The end marker arrived, then the body broke: nearly every client raises (anthropic,
+    openai Responses, cohere, ollama, boto3, httpx-sse, node), so the record is never
+    `completed`; the finish reason that had arrived is kept."""
+    raw.script = script(case, case.whole, cut.framing, cut.end)
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
     got, broke = await fetch(client, PATHS[case])
     assert (got, broke) == (case.whole, True)
     record = (await logs.wait())[0]
-    assert (record["state"], record["http_complete"]) == (case.outcome, False)
-    assert record["anomalies"]["truncated_after_terminal"] == 1
+    assert (record["state"], record["http_complete"], record["level"]) == (
+        "interrupted",
+        False,
+        "error",
+    )
+    assert (record["dialect"], record["finish_reason"], record["finish_category"]) == (
+        str(case.dialect),
+        case.finish,
+        "stop",
+    )
+    assert record["interruption"] == {"reason": cut.reason, "partial_event_bytes": 0}
+    assert record["anomalies"] == {"truncated_after_terminal": 1}
 
 
 @pytest.mark.parametrize("framing", ["chunked", "length:{n}", "http10"])

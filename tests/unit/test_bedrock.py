@@ -296,10 +296,12 @@ class TestInvokeAnthropic:
         v = verdict_of(data, INV)
         assert v.state == "failed" and v.error is not None and v.error.type == "overloaded_error"
 
-    def test_bad_base64_is_counted(self) -> None:
+    def test_bad_base64_is_unconfirmed(self) -> None:
+        """botocore raises binascii.Error on that chunk: the rest cannot confirm an answer."""
         bad = event("chunk", b'{"bytes":"not base64!"}')
         v = verdict_of(bad + anthropic_chunks("a"), INV)
-        assert v.state == "completed" and v.anomalies == {"invalid_chunk_bytes": 1}
+        assert v.state == "unconfirmed" and v.anomalies == {"invalid_chunk_bytes": 1}
+        assert verdict_of(anthropic_chunks("a"), INV).state == "completed"
 
 
 def llama(text: str, stop: str | None = None, metrics: bool = False) -> bytes:
@@ -455,9 +457,11 @@ class TestTransport:
         v = verdict_of(text_stream("a", stop=None, metadata=False), CONV, http_complete=False)
         assert (v.state, v.http_complete) == ("interrupted", False)
 
-    def test_truncated_after_message_stop_stands(self) -> None:
+    def test_truncated_after_message_stop_is_interrupted_with_its_stop_reason(self) -> None:
+        """boto3 raises (urllib3 ProtocolError) on the cut after `messageStop`."""
         v = verdict_of(text_stream("a", metadata=False), CONV, http_complete=False)
-        assert (v.state, v.anomalies) == ("completed", {"truncated_after_terminal": 1})
+        assert (v.state, v.anomalies) == ("interrupted", {"truncated_after_terminal": 1})
+        assert (v.finish_reason, v.finish_category) == ("end_turn", "stop")
 
     def test_declared_content_type_decides_the_framing(self) -> None:
         v = verdict_of(text_stream("abc"), None, content_type="application/vnd.amazon.eventstream")
@@ -467,9 +471,10 @@ class TestTransport:
         v = verdict_of(llama("a") + llama("", "stop"), INV, http_complete=False)
         assert (v.state, v.anomalies) == ("interrupted", {})
 
-    def test_invoke_anthropic_truncated_after_message_stop_stands(self) -> None:
+    def test_invoke_anthropic_truncated_after_message_stop_is_interrupted(self) -> None:
         v = verdict_of(anthropic_chunks("a"), INV, http_complete=False)
-        assert (v.state, v.anomalies) == ("completed", {"truncated_after_terminal": 1})
+        assert (v.state, v.anomalies) == ("interrupted", {"truncated_after_terminal": 1})
+        assert v.finish_reason == "end_turn"
 
     def test_client_leaving_after_message_stop_keeps_the_outcome(self) -> None:
         v = verdict_of(

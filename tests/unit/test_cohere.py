@@ -160,9 +160,11 @@ class TestStates:
         v = verdict_of(text("Hel", end=False), CO)
         assert (v.state, v.text_chars) == ("interrupted", 3)
 
-    def test_truncated_after_message_end_stands(self) -> None:
+    def test_truncated_after_message_end_is_interrupted_with_its_finish_reason(self) -> None:
+        """The cohere SDK raises on the cut after `message-end`."""
         v = verdict_of(text("a"), CO, http_complete=False)
-        assert (v.state, v.anomalies) == ("completed", {"truncated_after_terminal": 1})
+        assert (v.state, v.anomalies) == ("interrupted", {"truncated_after_terminal": 1})
+        assert (v.finish_reason, v.finish_category) == ("COMPLETE", "stop")
 
     def test_cut_mid_event_is_interrupted(self) -> None:
         data = text("Hello")

@@ -44,6 +44,7 @@ class Case:
     decided: bytes
     marker: bytes
     outcome: str  # the state of the whole, cleanly ended body
+    finish: str | None = None  # its finish_reason
 
     @property
     def whole(self) -> bytes:
@@ -55,6 +56,7 @@ CHAT = Case(
     sse(chat_chunk("Hello"), chat_chunk(" world"), chat_chunk(finish="stop")),
     sse("[DONE]"),
     "completed",
+    "stop",
 )
 RESPONSES = Case(
     Dialect.OPENAI_RESPONSES,
@@ -63,6 +65,7 @@ RESPONSES = Case(
         responses("response.output_text.delta", 1, item_id="m", content_index=0, delta="Hi"),
     ),
     sse(responses("response.completed", 2, response={"id": "r", "status": "completed"})),
+    "completed",
     "completed",
 )
 ANTHROPIC = Case(
@@ -76,8 +79,9 @@ ANTHROPIC = Case(
     ),
     sse(anthropic("message_stop")),
     "completed",
+    "end_turn",
 )
-GEMINI = Case(Dialect.GEMINI, sse(gemini("Hel"), gemini("lo")), b"", "completed")
+GEMINI = Case(Dialect.GEMINI, sse(gemini("Hel"), gemini("lo")), b"", "completed", "STOP")
 VERCEL = Case(
     Dialect.VERCEL_UI,
     sse(
@@ -89,12 +93,14 @@ VERCEL = Case(
     ),
     sse("[DONE]"),
     "completed",
+    "stop",
 )
 OLLAMA = Case(
     Dialect.OLLAMA,
     ndjson({"model": "l", "message": {"role": "assistant", "content": "Hi"}, "done": False}),
     ndjson({"model": "l", "message": {"content": ""}, "done": True, "done_reason": "stop"}),
     "completed",
+    "stop",
 )
 PLAIN = Case(Dialect.SSE, sse("a", "b"), b"", "unconfirmed")
 
@@ -115,6 +121,7 @@ BEDROCK_CONVERSE = Case(
     + aws("contentBlockStop", contentBlockIndex=0),
     aws("messageStop", stopReason="end_turn") + aws("metadata", usage={"outputTokens": 1}),
     "completed",
+    "end_turn",
 )
 BEDROCK_INVOKE = Case(
     Dialect.BEDROCK_INVOKE,
@@ -125,6 +132,7 @@ BEDROCK_INVOKE = Case(
     + invoke_chunk("message_delta", delta={"stop_reason": "end_turn"}),
     invoke_chunk("message_stop"),
     "completed",
+    "end_turn",
 )
 COHERE = Case(
     Dialect.COHERE_CHAT,
@@ -142,6 +150,7 @@ COHERE = Case(
     ),
     sse(("message-end", {"type": "message-end", "delta": {"finish_reason": "COMPLETE"}})),
     "completed",
+    "COMPLETE",
 )
 CASES = [CHAT, RESPONSES, ANTHROPIC, GEMINI, VERCEL, OLLAMA, PLAIN]
 CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE]
@@ -177,10 +186,19 @@ def test_the_proxys_own_cut_is_interrupted(case: Case, end: EndReason) -> None:
     assert (v.state, v.interruption.reason if v.interruption else None) == ("interrupted", end)
 
 
+@pytest.mark.parametrize(
+    "end", [EndReason.UPSTREAM_RESET, EndReason.UPSTREAM_CLOSED, EndReason.IDLE_TIMEOUT]
+)
 @pytest.mark.parametrize("case", WITH_MARKER, ids=ids)
-def test_truncated_after_the_end_marker_keeps_the_state(case: Case) -> None:
-    v = verdict_of(case.whole, case.dialect, EndReason.UPSTREAM_RESET, http_complete=False)
-    assert (v.state, v.anomalies.get("truncated_after_terminal")) == (case.outcome, 1)
+def test_truncated_after_the_end_marker_is_interrupted_and_keeps_the_outcome(
+    case: Case, end: EndReason
+) -> None:
+    """Nearly every client raises on the cut after the marker (anthropic, openai Responses,
+    cohere, ollama, boto3, node): never `completed`. The outcome that had arrived is kept."""
+    v = verdict_of(case.whole, case.dialect, end, http_complete=False)
+    assert (v.state, v.anomalies.get("truncated_after_terminal")) == ("interrupted", 1)
+    assert (v.finish_reason, v.finish_category) == (case.finish, "stop")
+    assert v.interruption is not None and v.interruption.reason == end
 
 
 def test_gemini_has_no_end_marker_so_a_truncated_body_is_always_interrupted() -> None:
@@ -377,11 +395,13 @@ def test_choices_missing_when_fewer_finished_than_n() -> None:
 
 # -- chunking never matters -------------------------------------------------------------------
 
-ENDS = [
+ENDS: list[tuple[EndReason, bool | None]] = [
     (EndReason.END_OF_INPUT, True),
     (EndReason.UPSTREAM_CLOSED, False),
     (EndReason.UPSTREAM_RESET, False),
     (EndReason.CLIENT_DISCONNECTED, False),
+    (EndReason.CLIENT_DISCONNECTED, None),
+    (EndReason.CLIENT_DISCONNECTED, True),
     (EndReason.IDLE_TIMEOUT, False),
 ]
 
@@ -393,7 +413,7 @@ ENDS = [
     st.lists(st.integers(min_value=0), max_size=12),
 )
 def test_same_bytes_and_same_end_give_the_same_verdict_however_chunked(
-    case: Case, whole: bool, ending: tuple[EndReason, bool], points: list[int]
+    case: Case, whole: bool, ending: tuple[EndReason, bool | None], points: list[int]
 ) -> None:
     data = case.whole if whole else case.decided
     end, http_complete = ending

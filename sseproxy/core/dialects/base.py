@@ -152,12 +152,9 @@ class ToolCallBuffer:
         if not args.strip():
             return self.empty_means_no_arguments and self.completed
         try:
-            orjson.loads(args)
-        except orjson.JSONDecodeError:
-            try:
-                json.loads(args)
-            except ValueError:
-                return False
+            loads(args)
+        except ValueError:
+            return False
         return True
 
     def summary(self) -> ToolCallSummary:
@@ -169,12 +166,24 @@ class ToolCallBuffer:
         )
 
 
+class JSONTooDeep(ValueError):
+    """Nested deeper than the parsers go (orjson stops at 1024 levels, `json` at the recursion
+    limit): one undecodable value, like a syntax error, never an internal error."""
+
+
 def loads(data: str | bytes) -> Any:
-    """Parse JSON fast; raises ValueError on invalid input (callers record the anomaly)."""
+    """Parse JSON fast; raises ValueError on invalid input (callers record the anomaly).
+
+    The one JSON decode of the core: every value a peer sends goes through here, so a value no
+    parser takes (depth, syntax, UTF-8) costs that one event and the analysis goes on.
+    """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
+        try:
+            return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
+        except RecursionError:
+            raise JSONTooDeep("JSON nested too deep") from None
 
 
 def dumps(value: Any) -> str:
@@ -272,8 +281,8 @@ class Assembler:
 
         `partial`: an unterminated block was discarded. `body_complete`: the HTTP body ended by
         its own framing. When it did not, return the outcome the events had already decided
-        (the tap keeps it only for a client that left after it, or after the end marker) and
-        count no anomaly that assumes a whole body.
+        (the tap keeps it for a client that left after it; a cut body is `interrupted`, the
+        outcome kept as its finish reason) and count no anomaly that assumes a whole body.
         """
         if self.error is not None:
             return Outcome(State.FAILED, None, FinishCategory.ERROR)

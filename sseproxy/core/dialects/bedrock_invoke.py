@@ -20,7 +20,7 @@ from ..events import Framing, SSEEvent
 from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .anthropic_messages import EVENTS, AnthropicMessagesAssembler
-from .base import Outcome, as_int, dig
+from .base import Outcome, as_int, dig, loads
 from .bedrock_converse import first_message, injected_exception, on_exception
 from .spec import DialectSpec, Drills
 
@@ -176,7 +176,7 @@ def _is_terminal_chunk(_: Any, raw: bytes) -> bool:
     if message is None or message.event_type != "chunk":
         return False
     try:
-        payload = base64.b64decode(json.loads(message.payload)["bytes"])
+        payload = base64.b64decode(loads(message.payload)["bytes"])
     except (ValueError, KeyError, TypeError):
         return False
     return b'"message_stop"' in payload or METRICS.encode() in payload
