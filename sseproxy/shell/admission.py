@@ -5,7 +5,7 @@ stream slot; any refusal is a `Refused` the handler turns into the proxy's own r
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -13,10 +13,7 @@ from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
 from ..core.request import parse_body, request_facts
-from .record import RequestFacts
-
-if TYPE_CHECKING:
-    from .app import Exchange, ProxyState
+from .state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
 
