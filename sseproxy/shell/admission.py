@@ -13,6 +13,7 @@ from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
 from ..core.request import parse_body, request_facts
+from ..target import BadTarget
 from .state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -51,12 +52,16 @@ async def admit(
     own = f"sseproxy-{state.instance_id}"
     if any(own in value for value in request.headers.getall("Via", [])):
         raise Refused(508, "loop_detected", "this request already passed through this proxy")
-    route = settings.route_for(request.path)
+    try:
+        route = settings.route_for(request.raw_path)
+    except BadTarget as bad:
+        raise Refused(400, "bad_target", str(bad)) from bad
     if route is None:
+        path = request.raw_path.partition("?")[0]
         raise Refused(
             404,
             "no_route",
-            f"no configured route matches {request.path}",
+            f"no configured route matches {path}",
             routes=[r.describe() for r in settings.routes],
         )
     x.facts = x.facts.routed(route)

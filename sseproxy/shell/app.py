@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
 from ..core import Dialect, EndReason, ErrorInfo, State, Verdict
 from ..metrics import Metrics
+from ..target import BadTarget, parse_target
 from . import record as records
 from .admission import Refused, admit
 from .errors import describe
@@ -140,15 +140,22 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows; every
+    target, whatever it holds, answered by the proxy itself (never by aiohttp's text 404)."""
     if request.method == "CONNECT":
         return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return await refuse(request, 400, "absolute_form", "only origin-form targets")
+    try:
+        parse_target(request.raw_path)  # before the router: a decoded newline matches no route
+    except BadTarget as bad:
+        return await refuse(request, 400, "bad_target", str(bad))
     refused = admin_refusal(request, request.app[SETTINGS])
     if refused is not None:
         return refused
+    if request.match_info.http_exception is not None:  # the router found no handler
+        return await refuse(request, 404, "not_found", "no handler for this target")
     return await handler(request)
 
 
@@ -180,10 +187,9 @@ async def metrics(request: web.Request) -> web.Response:
     return response
 
 
-async def own_not_found(request: web.Request) -> web.Response:
-    return own_response(
-        uuid.uuid4().hex, 404, "not_found", f"{request.path} is not a sseproxy endpoint"
-    )
+async def own_not_found(request: web.Request) -> web.StreamResponse:
+    path = request.raw_path.partition("?")[0]
+    return await refuse(request, 404, "not_found", f"{path} is not a sseproxy endpoint")
 
 
 def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
