@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..events import Line, SSEEvent
+from ..jsonvalue import loads
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
 
 # Assembled text is kept only for tests, `replay --content` and the operator's optional content
@@ -167,14 +168,6 @@ class ToolCallBuffer:
             arguments_bytes=len(self.arguments.encode("utf-8", "replace")),
             arguments_valid_json=self.valid_json(),
         )
-
-
-def loads(data: str | bytes) -> Any:
-    """Parse JSON fast; raises ValueError on invalid input (callers record the anomaly)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
 
 
 def dumps(value: Any) -> str:

@@ -196,6 +196,7 @@ SPEC = DialectSpec(
         keepalive=b"",
     ),
     path_suffixes=("/invoke-with-response-stream",),
+    sniff_message=lambda message: message.message_type == "event" and message.event_type == "chunk",
     media_type=EVENTSTREAM_MEDIA_TYPE,
     framing=Framing.EVENTSTREAM,
     otel_provider="aws.bedrock",
