@@ -9,8 +9,8 @@ they are equal, so a route cannot be chosen for a path it does not forward.
 A path that could name a different resource to some server on the way is refused rather than
 guessed at: a dot segment (`.`, `..`) in any spelling a server might decode it from
 (`%2e`, `.%2E`, `%252e`, `..;x`, `..%2F`), a backslash, a control character, a malformed
-escape. Empty segments (`//`) and anything in the query pass as sent: they cannot climb out
-of a route's base path.
+escape or one that is not UTF-8. Empty segments (`//`) and anything in the query pass as
+sent: they cannot climb out of a route's base path.
 """
 
 from __future__ import annotations
@@ -75,10 +75,14 @@ def parse_target(raw: str) -> Target:
     if "%" in path:
         if MALFORMED_ESCAPE.search(path):
             raise BadTarget("a malformed percent-escape in the path")
-        once = unquote(path)
-        spellings.append(once)
-        if "%" in once:
-            spellings.append(unquote(once))  # what a server that decodes twice would see
+        try:
+            once = unquote(path, errors="strict")
+            spellings.append(once)
+            if "%" in once:
+                spellings.append(unquote(once, errors="strict"))  # a server decoding twice
+        except UnicodeDecodeError:
+            # Not UTF-8: e.g. an overlong `%C0%AE`, which an old decoder reads as a dot.
+            raise BadTarget("an escape that is not UTF-8 in the path") from None
     for spelling in spellings:
         if "\\" in spelling:
             raise BadTarget("a backslash in the path")

@@ -91,6 +91,7 @@ REFUSED = [
     "/v1/x%00",
     "/v1/x%7F",
     "/v1/x%zz",
+    "/or/%C0%AE%C0%AE/secret",
     "/v1/x%",
 ]
 

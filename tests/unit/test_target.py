@@ -41,6 +41,9 @@ OR = make_route("or", ("/or/*",), "https://openrouter.ai/api/v1", strip_prefix="
         ("/or/x%00", "control character"),
         ("/or/x%7f", "control character"),
         ("/or/x%250A", "control character"),
+        ("/or/%C0%AE%C0%AE/secret", "not UTF-8"),  # an overlong dot
+        ("/or/%FF", "not UTF-8"),
+        ("/or/%25C0%25AE", "not UTF-8"),
         ("/or/x%", "malformed"),
         ("/or/x%2", "malformed"),
         ("/or/x%g0", "malformed"),
