@@ -32,8 +32,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 TOP_LEVEL_KEYS = ("server", "routes")
 ROUTE_KEYS = ("name", "paths", "upstream", "strip_prefix", "dialect", "inject")
-# What an origin-form request target may hold once aiohttp accepted it: printable ASCII
-# without space or '#'. Anything else is refused rather than re-encoded.
 FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 

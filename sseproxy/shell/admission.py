@@ -13,7 +13,6 @@ from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
 from ..core.request import parse_body, request_facts
-from ..target import BadTarget
 from .state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -52,10 +51,7 @@ async def admit(
     own = f"sseproxy-{state.instance_id}"
     if any(own in value for value in request.headers.getall("Via", [])):
         raise Refused(508, "loop_detected", "this request already passed through this proxy")
-    try:
-        route = settings.route_for(request.raw_path)
-    except BadTarget as bad:
-        raise Refused(400, "bad_target", str(bad)) from bad
+    route = settings.route_for(request.raw_path)  # the guard has refused a bad target
     if route is None:
         path = request.raw_path.partition("?")[0]
         raise Refused(
