@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote
 
 # Origin-form (RFC 9112 §3.2.1) in printable ASCII: no space, no `#`; nothing that could be
@@ -35,8 +35,10 @@ class BadTarget(ValueError):
     """A request target the proxy refuses to route (400 `bad_target`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
+    """Immutable; a NamedTuple rather than a frozen dataclass, which costs ten times as much
+    to build and is built for every request."""
+
     path: str  # as sent, up to the first `?`
     query: str  # as sent, after the first `?` ("" when there is none)
     match_path: str  # what route patterns and prefixes are compared with
@@ -71,6 +73,8 @@ def parse_target(raw: str) -> Target:
     if not ORIGIN_FORM.fullmatch(raw):
         raise BadTarget("not an origin-form request target")
     path, _, query = raw.partition("?")
+    if "%" not in path and "." not in path and "\\" not in path:
+        return Target(path, query, path)  # the usual target: nothing to decode or check
     spellings = [path]
     if "%" in path:
         if MALFORMED_ESCAPE.search(path):
