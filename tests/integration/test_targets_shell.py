@@ -16,33 +16,36 @@ from sseproxy.shell import app as app_module
 from sseproxy.shell.app import create_app
 from sseproxy.target import Target
 from tests.integration.conftest import LogCapture, raw_exchange
-from tests.integration.test_routing import recorder
+from tests.integration.fake_upstream import FakeUpstream, Script, Send
 
 ROUTES = """
 [[routes]]
 name = "deepseek"
 paths = ["/deepseek/*"]
 strip_prefix = "/deepseek"
-upstream = "http://127.0.0.1:{port}/ds"
+upstream = "{url}/ds"
 
 [[routes]]
 name = "or"
 paths = ["/or/*"]
 strip_prefix = "/or"
-upstream = "http://127.0.0.1:{port}/api/v1"
+upstream = "{url}/api/v1"
 
 [[routes]]
 name = "openai"
 paths = ["/v1/*"]
-upstream = "http://127.0.0.1:{port}"
+upstream = "{url}"
 """
 
 
-async def proxy(aiohttp_server: Any, aiohttp_client: Any, tmp_path: Path) -> tuple[list[str], Any]:
-    seen, port = await recorder(aiohttp_server)
+async def proxy(
+    upstream: tuple[FakeUpstream, str], aiohttp_client: Any, tmp_path: Path
+) -> tuple[FakeUpstream, Any]:
+    fake, url = upstream
+    fake.script("*", Script([Send(b'data: {"x": 1}\n\n')]))
     cfg = tmp_path / "routes.toml"
-    cfg.write_text(ROUTES.format(port=port))
-    return seen, await aiohttp_client(create_app(load(cfg)))
+    cfg.write_text(ROUTES.format(url=url))
+    return fake, await aiohttp_client(create_app(load(cfg)))
 
 
 async def send_raw(port: int, target: str) -> tuple[int, dict[str, str], bytes]:
@@ -98,14 +101,18 @@ REFUSED = [
 
 @pytest.mark.parametrize("target", REFUSED)
 async def test_a_target_that_could_climb_or_mislead_is_refused_with_a_record(
-    aiohttp_server: Any, aiohttp_client: Any, tmp_path: Path, logs: LogCapture, target: str
+    upstream: tuple[FakeUpstream, str],
+    aiohttp_client: Any,
+    tmp_path: Path,
+    logs: LogCapture,
+    target: str,
 ) -> None:
-    seen, client = await proxy(aiohttp_server, aiohttp_client, tmp_path)
+    fake, client = await proxy(upstream, aiohttp_client, tmp_path)
     status, headers, body = await send_raw(client.port, target)
     [record] = await logs.wait(1)
     error = assert_own_answer(status, headers, body, record, 400)
     assert error["type"] == "sseproxy_bad_target"
-    assert seen == []
+    assert fake.seen == []
 
 
 ALLOWED = [
@@ -132,35 +139,35 @@ ALLOWED = [
 
 @pytest.mark.parametrize(("target", "forwarded"), ALLOWED)
 async def test_an_allowed_target_reaches_the_upstream_with_exactly_the_routed_path(
-    aiohttp_server: Any,
+    upstream: tuple[FakeUpstream, str],
     aiohttp_client: Any,
     tmp_path: Path,
     logs: LogCapture,
     target: str,
     forwarded: str,
 ) -> None:
-    seen, client = await proxy(aiohttp_server, aiohttp_client, tmp_path)
+    fake, client = await proxy(upstream, aiohttp_client, tmp_path)
     status, headers, _ = await send_raw(client.port, target)
     [record] = await logs.wait(1)
     assert status == 200 and headers["x-sseproxy-request-id"] == record["request_id"]
-    assert seen == [forwarded]
+    assert [seen.raw_path for seen in fake.seen] == [forwarded]
 
 
 async def test_an_encoded_slash_never_reaches_a_prefix_route(
-    aiohttp_server: Any, aiohttp_client: Any, tmp_path: Path, logs: LogCapture
+    upstream: tuple[FakeUpstream, str], aiohttp_client: Any, tmp_path: Path, logs: LogCapture
 ) -> None:
     """`/deepseek%2Fv1/x` is one segment: no route's `/deepseek/*` matches it (before, the
     decoded path matched and the raw one was forwarded unstripped)."""
-    seen, client = await proxy(aiohttp_server, aiohttp_client, tmp_path)
+    fake, client = await proxy(upstream, aiohttp_client, tmp_path)
     status, headers, body = await send_raw(client.port, "/deepseek%2Fv1/x")
     [record] = await logs.wait(1)
     error = assert_own_answer(status, headers, body, record, 404)
     assert error["type"] == "sseproxy_no_route"
-    assert seen == []
+    assert fake.seen == []
 
 
 async def test_a_target_the_router_cannot_match_still_gets_the_proxy_answer_and_a_record(
-    aiohttp_server: Any,
+    upstream: tuple[FakeUpstream, str],
     aiohttp_client: Any,
     tmp_path: Path,
     logs: LogCapture,
@@ -173,18 +180,18 @@ async def test_a_target_the_router_cannot_match_still_gets_the_proxy_answer_and_
         return Target(raw, "", raw)
 
     monkeypatch.setattr(app_module, "parse_target", anything, raising=False)
-    seen, client = await proxy(aiohttp_server, aiohttp_client, tmp_path)
+    fake, client = await proxy(upstream, aiohttp_client, tmp_path)
     status, headers, body = await send_raw(client.port, "/v1/chat/completions%0A")
     [record] = await logs.wait(1)
     error = assert_own_answer(status, headers, body, record, 404)
     assert error["type"] == "sseproxy_not_found"
-    assert seen == []
+    assert fake.seen == []
 
 
 async def test_an_unknown_own_endpoint_gets_a_record_too(
-    aiohttp_server: Any, aiohttp_client: Any, tmp_path: Path, logs: LogCapture
+    upstream: tuple[FakeUpstream, str], aiohttp_client: Any, tmp_path: Path, logs: LogCapture
 ) -> None:
-    _, client = await proxy(aiohttp_server, aiohttp_client, tmp_path)
+    _, client = await proxy(upstream, aiohttp_client, tmp_path)
     status, headers, body = await send_raw(client.port, "/_sseproxy/nope")
     [record] = await logs.wait(1)
     assert assert_own_answer(status, headers, body, record, 404)["type"] == "sseproxy_not_found"
