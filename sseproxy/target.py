@@ -27,7 +27,6 @@ ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 MALFORMED_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-SEPARATORS = re.compile(r"[/\\]")  # some servers split on a backslash too
 DOT_SEGMENTS = frozenset({".", ".."})
 
 
@@ -88,12 +87,12 @@ def parse_target(raw: str) -> Target:
             # Not UTF-8: e.g. an overlong `%C0%AE`, which an old decoder reads as a dot.
             raise BadTarget("an escape that is not UTF-8 in the path") from None
     for spelling in spellings:
-        if "\\" in spelling:
+        if "\\" in spelling:  # a separator to some servers
             raise BadTarget("a backslash in the path")
         if CONTROL.search(spelling):
             raise BadTarget("a control character in the path")
         if "." in spelling and any(
-            piece.partition(";")[0] in DOT_SEGMENTS for piece in SEPARATORS.split(spelling)
+            piece.partition(";")[0] in DOT_SEGMENTS for piece in spelling.split("/")
         ):
             raise BadTarget("a dot segment in the path")
     return Target(path, query, match_form(path))
