@@ -21,7 +21,7 @@ from aiohttp import web
 from bench.proxy import free_port, wait_port
 from sseproxy import log
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 
 
 async def serve_and_load(args: argparse.Namespace, upstream: str) -> tuple[int, float]:
@@ -142,12 +142,12 @@ def per_request(stats: pstats.Stats) -> None:
 def stub(parts: list[str]) -> None:
     """Replace parts of the per-chunk path by no-ops (for measurement only)."""
     from sseproxy.core import tap
-    from sseproxy.shell import app, record
+    from sseproxy.shell import app, state
 
     if "tap" in parts:
         tap.StreamTap.feed = lambda self, chunk: 0  # type: ignore[method-assign]
     if "timings" in parts:
-        record.Timings.chunk = lambda self, arrived, now, content_deltas: None  # type: ignore[method-assign]
+        state.Timings.chunk = lambda self, arrived, now, content_deltas: None  # type: ignore[method-assign]
     if "log" in parts:
         app.finish = lambda state, x, content_timeout=None: None
 

@@ -30,7 +30,7 @@ from sseproxy.core.request import RequestFacts as AskedFacts
 from sseproxy.metrics import Metrics
 from sseproxy.redact import Secrets
 from sseproxy.shell import record as records
-from sseproxy.shell import sinks
+from sseproxy.shell import sinks, state
 
 TARGET_US = 50.0
 KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8t"  # a made-up key, as a client would send one
@@ -139,7 +139,7 @@ def error_body() -> bytes:
 
 def exchange(
     name: str,
-) -> tuple[records.RequestFacts, records.Progress]:
+) -> tuple[state.RequestFacts, state.Progress]:
     """Facts and progress of one finished request, as the relay leaves them."""
     now = time.monotonic()
     chat = Route("openai", ("/v1/*",), "https://api.openai.com", URL("https://api.openai.com"))
@@ -162,7 +162,7 @@ def exchange(
     content_type = "text/event-stream" if ctype == "sse" else "application/json"
     path = "/v1/chat/completions" if route is chat else "/v1/messages"
     secrets = Secrets.from_request(headers, path, body)
-    facts = records.RequestFacts(
+    facts = state.RequestFacts(
         request_id=uuid.uuid4().hex,
         method="POST",
         path=secrets.redact_target(path),
@@ -174,7 +174,7 @@ def exchange(
         secrets=secrets,
         asked=asked,
     )
-    progress = records.Progress(records.Timings(now - 1.2))
+    progress = state.Progress(state.Timings(now - 1.2))
     progress.timings.headers = now - 0.9
     progress.status = status
     progress.content_type = content_type

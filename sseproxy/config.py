@@ -24,6 +24,7 @@ from yarl import URL
 
 from .core.inject import InjectionError, parse_rules
 from .core.verdict import Dialect
+from .target import parse_target
 
 ENV_PREFIX = "SSEPROXY_"
 LOG_FORMATS = ("auto", "json", "console")
@@ -31,9 +32,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 TOP_LEVEL_KEYS = ("server", "routes")
 ROUTE_KEYS = ("name", "paths", "upstream", "strip_prefix", "dialect", "inject")
-# What an origin-form request target may hold once aiohttp accepted it: printable ASCII
-# without space or '#'. Anything else is refused rather than re-encoded.
-TARGET_CHARS = re.compile(r"/[\x21\x22\x24-\x7e]*")
 FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
@@ -71,28 +69,25 @@ class Route:
     inject: str = ""
     _regexes: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
 
-    def matches(self, path: str) -> bool:
-        return any(rx.fullmatch(path) for rx in self._regexes)
+    def matches(self, match_path: str) -> bool:
+        """`match_path`: a target's `Target.match_path`, the form of the path it forwards."""
+        return any(rx.fullmatch(match_path) for rx in self._regexes)
 
     def target(self, raw_path: str) -> URL:
         """The upstream URL for a client's raw request target (`request.raw_path`).
 
-        Scheme, host and port come only from the route; the client's path and query are
-        appended as the bytes it sent, never decoded, so `%2F` or `%3F` cannot change what the
-        upstream sees and no path can name another host. Raises ValueError otherwise.
+        Scheme, host and port come only from the route; the client's path (less the
+        `strip_prefix` segments) and query are appended as the bytes it sent, never decoded,
+        so `%2F` or `%3F` cannot change what the upstream sees and no path can name another
+        host. Raises ValueError (`BadTarget` for a target `parse_target` refuses) otherwise.
         """
-        if not TARGET_CHARS.fullmatch(raw_path):
-            raise ValueError(f"not an origin-form request target: {raw_path!r}")
-        path, _, query = raw_path.partition("?")
-        prefix = self.strip_prefix
-        if prefix not in ("", "/") and (path == prefix or path.startswith(prefix + "/")):
-            path = path[len(prefix) :] or "/"
+        target = parse_target(raw_path)
         base = self.url
         url = URL.build(
             scheme=base.scheme,
             authority=base.raw_authority,
-            path=base.raw_path.rstrip("/") + path,
-            query_string=query,
+            path=base.raw_path.rstrip("/") + target.strip(self.strip_prefix),
+            query_string=target.query,
             encoded=True,
         )
         # Belt and braces: the URL as built, and as its text would be parsed again.
@@ -181,10 +176,12 @@ class Settings:
         """`upstream` as it may be printed: userinfo masked."""
         return mask_userinfo(self.upstream) if self.upstream else None
 
-    def route_for(self, path: str) -> Route | None:
+    def route_for(self, raw_path: str) -> Route | None:
+        """The route of a raw request target; raises BadTarget for one it refuses."""
+        match_path = parse_target(raw_path).match_path
         if self.upstream:
             return _upstream_route(self.upstream, self.inject)
-        return next((r for r in self.routes if r.matches(path)), None)
+        return next((r for r in self.routes if r.matches(match_path)), None)
 
 
 SCALAR_FIELDS = {f.name: f for f in fields(Settings) if f.name != "routes"}

@@ -20,7 +20,7 @@ from . import log
 from .config import load
 from .core import Dialect
 from .mock import MOCK_HEADER, MockServer, Recording, load_recordings, samples_dir
-from .proxy import create_app
+from .shell.app import create_app
 
 PATHS = {Dialect.ANTHROPIC_MESSAGES: "/v1/messages", Dialect.OPENAI_CHAT: "/v1/chat/completions"}
 SDKS = {Dialect.ANTHROPIC_MESSAGES: "anthropic", Dialect.OPENAI_CHAT: "openai"}

@@ -26,7 +26,7 @@ from aiohttp.typedefs import Middleware
 
 from . import __version__, log
 from .config import Settings
-from .proxy import STATE, create_app, is_loopback
+from .shell.app import STATE, create_app, is_loopback
 
 logger = structlog.get_logger("sseproxy")
 

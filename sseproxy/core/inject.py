@@ -35,11 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dialects import sniff, spec_for
-from .dialects.base import loads
+from .dialects import fallback, sniff, spec_for
 from .events import Framing, SSEEvent
 from .eventstream import MIN_MESSAGE_BYTES
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .jsonvalue import loads
 from .verdict import Dialect
 
 RULES = {
@@ -258,9 +258,10 @@ def end_marker(dialect: Dialect | None) -> bytes:
 
 
 def keepalive(dialect: Dialect | None, ndjson: bool) -> bytes:
-    """The dialect's own liveness signal: what its servers send while no content flows."""
-    if ndjson:
-        return spec_for(Dialect.OLLAMA).drills.keepalive
+    """The dialect's own liveness signal: what its servers send while no content flows (on an
+    NDJSON stream, that of an NDJSON dialect: the fallback one when this dialect is not)."""
+    if ndjson and (dialect is None or spec_for(dialect).framing is not Framing.NDJSON):
+        dialect = fallback(Framing.NDJSON)
     return spec_for(dialect).drills.keepalive
 
 
@@ -333,7 +334,7 @@ class Injector:
                 return self._keepalive_stall()
             if "drop-terminal" in rules and is_terminal(self.dialect, raw, self._raw.ndjson):
                 continue
-            if "inject-error" in rules and self.dialect is Dialect.OPENAI_RESPONSES:
+            if "inject-error" in rules and spec_for(self.dialect).drills.sequenced:
                 self._track_sequence(raw)
             n = self.events_sent + 1
             if rules.get("cut-mid-event") == n:
@@ -385,14 +386,12 @@ class Injector:
         self.done = True
         return [KeepAlive(data, KEEPALIVE_INTERVAL_MS)]
 
-    @staticmethod
-    def _is_snapshot(raw: bytes) -> bool:
+    def _is_snapshot(self, raw: bytes) -> bool:
+        is_snapshot = spec_for(self.dialect).drills.is_snapshot
+        if is_snapshot is None:
+            return False
         event = _parse(raw)
-        return (
-            event is not None
-            and event.type.startswith("response.")
-            and event.type.endswith(".done")
-        )
+        return event is not None and is_snapshot(event)
 
     def _writes(self, data: bytes) -> list[Step]:
         return self._bytes_rules([Write(data)])

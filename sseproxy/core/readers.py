@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .dialects.base import loads
 from .events import Frame, Framing, Line
 from .eventstream import (
     EVENTSTREAM_MEDIA_TYPE,
@@ -24,6 +23,7 @@ from .eventstream import (
 )
 from .eventstream_reader import EventStreamReader
 from .framing import LineDecoder, SSEDecoder
+from .jsonvalue import loads
 
 # A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024

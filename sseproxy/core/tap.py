@@ -13,13 +13,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .dialects import Assembler, new_assembler, sniff, sniff_body, spec_for
-from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly, loads
-from .dialects.bedrock_converse import sniff_message
+from .dialects import (
+    Assembler,
+    fallback,
+    new_assembler,
+    sniff,
+    sniff_body,
+    sniff_line,
+    sniff_message,
+    spec_for,
+)
+from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly
 from .encoding import BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, Framing, Line, SSEEvent
 from .eventstream import EventMessage
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .jsonvalue import loads
 from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
 from .request import RequestFacts
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
@@ -263,10 +272,8 @@ class StreamTap:
         if framing is Framing.TEXT:
             if self.assembler is not None:
                 self.anomalies["unexpected_content_type"] += 1
-            self.dialect = Dialect.TEXT
-            self.assembler = new_assembler(Dialect.TEXT, self.options.content_chars)
-        elif framing is Framing.NDJSON and self.assembler is None:
-            self._adopt(Dialect.OLLAMA)  # the one NDJSON dialect
+            self._adopt(fallback(Framing.TEXT))
+        # An NDJSON stream of no known dialect gets one from its first line (`on_line`).
         options = self.options
         self._reader = READERS[framing](self, options.max_event_bytes, options.max_body_bytes)
         return self._reader
@@ -327,8 +334,8 @@ class StreamTap:
 
     def on_line(self, line: Line) -> None:
         self.events += 1
-        assert self.assembler is not None
-        self.assembler.on_line(line)
+        assembler = self.assembler or self._adopt(sniff_line(line.data))
+        assembler.on_line(line)
 
     def on_text(self, text: str) -> None:
         assert self.assembler is not None
@@ -381,7 +388,7 @@ class StreamTap:
             self._choice = None
         partial = self._reader.finish() if self._reader is not None else 0
         if self.assembler is None and self._blind is None:
-            self._adopt(Dialect.SSE)
+            self._adopt(fallback(self.framing))
         for why in UNSEEN:
             if self.anomalies.get(why):
                 self._blind = why  # counted by the reader; part of the body was not seen

@@ -5,7 +5,7 @@ stream slot; any refusal is a `Refused` the handler turns into the proxy's own r
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -13,10 +13,7 @@ from ..config import Route, Settings
 from ..core import EndReason
 from ..core.inject import InjectionError, Rule, parse_rules
 from ..core.request import parse_body, request_facts
-from .record import RequestFacts
-
-if TYPE_CHECKING:
-    from .app import Exchange, ProxyState
+from .state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
 
@@ -54,12 +51,13 @@ async def admit(
     own = f"sseproxy-{state.instance_id}"
     if any(own in value for value in request.headers.getall("Via", [])):
         raise Refused(508, "loop_detected", "this request already passed through this proxy")
-    route = settings.route_for(request.path)
+    route = settings.route_for(request.raw_path)  # the guard has refused a bad target
     if route is None:
+        path = request.raw_path.partition("?")[0]
         raise Refused(
             404,
             "no_route",
-            f"no configured route matches {request.path}",
+            f"no configured route matches {path}",
             routes=[r.describe() for r in settings.routes],
         )
     x.facts = x.facts.routed(route)

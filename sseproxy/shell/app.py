@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 import structlog
 from aiohttp import web
@@ -22,15 +18,16 @@ from ..admin import admin_refusal
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
 from ..core import Dialect, ErrorInfo, State, Verdict
-from ..inspector import Inspector
 from ..metrics import Metrics
-from ..redact import Secrets
+from ..target import BadTarget, parse_target
 from . import record as records
 from .admission import Refused, admit
 from .errors import describe
-from .record import Progress, RequestFacts, Timings, proxy_error
+from .inspector import Inspector
+from .record import proxy_error
 from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
+from .state import Exchange, ProxyState
 from .upstream import new_session
 
 if TYPE_CHECKING:
@@ -41,75 +38,6 @@ log = structlog.get_logger("sseproxy")
 SETTINGS = web.AppKey("settings", Settings)
 STATE: web.AppKey[ProxyState] = web.AppKey("state")
 OWN_PREFIX = "/_sseproxy/"
-
-
-@dataclass
-class ProxyState:
-    metrics: Metrics
-    inspector: Inspector
-    captures: CaptureStore | None = None
-    tracing: Tracing | None = None
-    started: float = field(default_factory=time.monotonic)
-    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
-    active: int = 0  # stream slots taken
-    body_bytes: int = 0  # request body bytes held by requests in flight
-    shutting_down: bool = False
-    session: aiohttp.ClientSession | None = None
-    failed_sinks: set[str] = field(default_factory=set)
-
-
-class _Random:
-    """Random bytes for request ids, fetched for many ids at once: one system call per
-    IDS_PER_FETCH requests instead of one per request. A forked child drops what it inherited,
-    so that no two processes hand out the same ids."""
-
-    pool = b""
-    used = 0
-
-
-IDS_PER_FETCH = 64
-
-
-def _fork_reset() -> None:
-    _Random.pool, _Random.used = b"", 0
-
-
-os.register_at_fork(after_in_child=_fork_reset)
-
-
-def new_request_id() -> str:
-    """A random UUID, version 4, as `uuid.uuid4().hex` writes it."""
-    if _Random.used >= len(_Random.pool):
-        _Random.pool, _Random.used = os.urandom(16 * IDS_PER_FETCH), 0
-    start = _Random.used
-    _Random.used = start + 16
-    raw = bytearray(_Random.pool[start : start + 16])
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return raw.hex()
-
-
-class Exchange:
-    """One proxied request: immutable facts, a small mutable progress, the resources it holds."""
-
-    __slots__ = ("body_bytes", "facts", "progress", "slot")
-
-    def __init__(self, request: web.Request) -> None:
-        start = time.monotonic()
-        # Rebuilt with the body once it is read; every sink gets what these redact.
-        secrets, path = Secrets.of_request(request.headers, request.raw_path)
-        self.facts = RequestFacts(
-            request_id=new_request_id(),
-            method=request.method,
-            path=path,
-            started_at=time.time(),
-            start=start,
-            headers=request.headers,
-            secrets=secrets,
-        )
-        self.progress = Progress(Timings(start))
-        self.slot = False
-        self.body_bytes = 0
 
 
 def own_response(
@@ -210,15 +138,22 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows."""
+    """Never an open proxy; the proxy's own endpoints only for whom admin.py allows; every
+    target, whatever it holds, answered by the proxy itself (never by aiohttp's text 404)."""
     if request.method == "CONNECT":
         return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):
         # absolute-form ("GET http://host/ HTTP/1.1"): a forward-proxy request, never served
         return await refuse(request, 400, "absolute_form", "only origin-form targets")
+    try:
+        parse_target(request.raw_path)  # before the router: a decoded newline matches no route
+    except BadTarget as bad:
+        return await refuse(request, 400, "bad_target", str(bad))
     refused = admin_refusal(request, request.app[SETTINGS])
     if refused is not None:
         return refused
+    if request.match_info.http_exception is not None:  # the router found no handler
+        return await refuse(request, 404, "not_found", "no handler for this target")
     return await handler(request)
 
 
@@ -250,10 +185,9 @@ async def metrics(request: web.Request) -> web.Response:
     return response
 
 
-async def own_not_found(request: web.Request) -> web.Response:
-    return own_response(
-        uuid.uuid4().hex, 404, "not_found", f"{request.path} is not a sseproxy endpoint"
-    )
+async def own_not_found(request: web.Request) -> web.StreamResponse:
+    path = request.raw_path.partition("?")[0]
+    return await refuse(request, 404, "not_found", f"{path} is not a sseproxy endpoint")
 
 
 def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:

@@ -29,15 +29,15 @@ from ..core.inject import Write as InjectWrite
 from ..core.pacing import Pacing
 from ..core.readers import framing_for
 from ..delivery import ClientDelivery, ContentWatch
-from ..inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .admission import Refused, via_entry
 from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
 from .inline import attach
+from .inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
 from .tapping import open_tap, tap_options
 from .upstream import REQUEST_DROP, forwardable, refusal, upstream_url
 
 if TYPE_CHECKING:
-    from .app import Exchange, ProxyState
+    from .state import Exchange, ProxyState
 
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
 # Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of

@@ -8,15 +8,13 @@ import contextlib
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..capture import redact_headers
 from ..core import Verdict
 from ..log import json_ready, level_for, request_finished
-from .record import Progress, Record, RequestFacts
-
-if TYPE_CHECKING:
-    from .app import ProxyState
+from .record import Record
+from .state import Progress, ProxyState, RequestFacts
 
 
 def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:

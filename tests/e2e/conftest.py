@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from sseproxy.config import load, make_route
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.integration.conftest import logs, make_proxy, upstream  # noqa: F401  (shared fixtures)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sseproxy.proxy import STATE
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Close, Script, Send, Sleep, WaitFor
 from tests.streams import chat_chunk, sse
 

@@ -14,7 +14,7 @@ import pytest
 
 from sseproxy.config import load, make_route
 from sseproxy.core.eventstream import event, exception
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.corpus import file as corpus
 from tests.integration.fake_upstream import Close, Script, Send
 

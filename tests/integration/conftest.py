@@ -12,7 +12,7 @@ import pytest
 from sseproxy import log
 from sseproxy.capture import load_capture
 from sseproxy.config import load
-from sseproxy.proxy import STATE, create_app
+from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream
 from tests.integration.raw_upstream import WireUpstream
 

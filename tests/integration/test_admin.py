@@ -4,7 +4,7 @@ token opens them beyond loopback under any Host, healthz stays open."""
 from __future__ import annotations
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 
 
 async def test_rebinding_host_is_refused_on_loopback(make_proxy) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import zlib
 
-from sseproxy.proxy import STATE
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse
 

@@ -9,8 +9,9 @@ import io
 import json
 from pathlib import Path
 
-from sseproxy.capture import Capture, CaptureSettings, load_capture
 from sseproxy.proxy import STATE
+
+from sseproxy.capture import Capture, CaptureSettings, load_capture
 from sseproxy.replay import EXIT_PARTIAL, ReplayOptions, replay
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sseproxy.capture import load_capture
-from sseproxy.proxy import STATE
 from sseproxy.redact import REDACTED
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.integration.fake_upstream import Close, Reset, Script, Send, Sleep
 from tests.integration.raw_upstream import RawScript, RawUpstream
 from tests.streams import sse

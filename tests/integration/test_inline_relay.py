@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
-from sseproxy.shell import record as records
+from sseproxy.shell import state
+from sseproxy.shell.app import create_app
 from sseproxy.shell.inline import InlineRelay
 from tests.integration.conftest import captured, raw_exchange
 from tests.integration.fake_upstream import Script, Send, Sleep
@@ -145,16 +145,16 @@ async def test_a_bug_of_ours_in_the_inline_path_breaks_the_client_and_keeps_the_
     events = numbered(20)
     fake.script(PATH, Script(paced(events)))
     calls = 0
-    chunk = records.Timings.chunk
+    chunk = state.Timings.chunk
 
-    def flaky(self: records.Timings, arrived: float, now: float, deltas: int) -> None:
+    def flaky(self: state.Timings, arrived: float, now: float, deltas: int) -> None:
         nonlocal calls
         calls += 1
         if calls == 5:  # the fifth chunk: inline by then
             raise RuntimeError("a bug in the bookkeeping")
         chunk(self, arrived, now, deltas)
 
-    monkeypatch.setattr(records.Timings, "chunk", flaky)
+    monkeypatch.setattr(state.Timings, "chunk", flaky)
     client = await make_proxy()
     resp = await client.post(PATH, json={})
     with pytest.raises(aiohttp.ClientPayloadError):

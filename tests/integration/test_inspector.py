@@ -13,8 +13,8 @@ import aiohttp
 import orjson
 import pytest
 
-from sseproxy.inspector import SUBSCRIBER_QUEUE, Inspector, StreamView, Viewer
-from sseproxy.proxy import STATE
+from sseproxy.shell.app import STATE
+from sseproxy.shell.inspector import SUBSCRIBER_QUEUE, Inspector, StreamView, Viewer
 from tests.integration.fake_upstream import Close, Script, Send
 from tests.streams import chat_chunk, sse
 
@@ -126,7 +126,7 @@ def test_rows_carry_the_output_speed() -> None:
 
 
 def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
-    from sseproxy.inspector import WAIT_SPANS
+    from sseproxy.shell.inspector import WAIT_SPANS
 
     v = view("a")
     v.client_wait(v.start + 0.010, v.start + 0.025)

@@ -11,7 +11,7 @@ import aiohttp
 from aiohttp import web
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 
 STREAMS = 1000
 EVENTS = 20

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sseproxy.proxy import STATE
 from sseproxy.replay import ReplayOptions, replay
+from sseproxy.shell.app import STATE
 from tests.integration.conftest import captured
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse

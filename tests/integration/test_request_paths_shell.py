@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sseproxy.proxy import STATE
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send
 from tests.integration.test_bounds_shell import COMPLETE, PATH, split_response, until
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from yarl import URL
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.integration.conftest import LogCapture
 
 ROUTES = """

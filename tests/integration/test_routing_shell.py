@@ -9,7 +9,7 @@ import json
 import aiohttp
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import Script, Send
 

@@ -10,7 +10,7 @@ import pytest
 
 from sseproxy.capture import load_capture
 from sseproxy.config import load
-from sseproxy.proxy import STATE, create_app
+from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse
 

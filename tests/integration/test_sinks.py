@@ -8,7 +8,7 @@ import io
 import pytest
 
 from sseproxy import log
-from sseproxy.proxy import STATE
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse
 

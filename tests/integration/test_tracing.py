@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from sseproxy.config import load
-from sseproxy.proxy import create_app
+from sseproxy.shell.app import create_app
 from tests.integration.fake_upstream import Close, Script, Send
 from tests.streams import chat_chunk, sse
 

@@ -43,6 +43,7 @@ from sseproxy.log import json_ready
 from sseproxy.metrics import MAX_TOKENS_PER_SECOND, Metrics, token_kinds
 from sseproxy.redact import SECRET_KEYS, Secrets
 from sseproxy.shell import record as records
+from sseproxy.shell import state
 from tests.corpus import body, manifest
 
 # -- Verdict.to_dict ---------------------------------------------------------------------------
@@ -333,10 +334,10 @@ def built_records() -> list[Mapping[str, Any]]:
     out = []
     for headers, target, verdict in cases:
         secrets = Secrets.from_request(headers, target, b"")
-        facts = records.RequestFacts(
+        facts = state.RequestFacts(
             "id1", "POST", secrets.redact_target(target), 1.0, 0.0, route=route, secrets=secrets
         )
-        progress = records.Progress(records.Timings(0.0), status=200)
+        progress = state.Progress(state.Timings(0.0), status=200)
         out.append(records.build(facts, progress, verdict))
         out.append(records.fallback(facts, progress, ValueError(f"boom {KEY}")))
     return out

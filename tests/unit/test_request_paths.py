@@ -31,13 +31,13 @@ from sseproxy.config import Route
 from sseproxy.core import TapOptions
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.request import RequestFacts as CoreRequestFacts
-from sseproxy.inspector import Inspector, StreamView, Viewer
 from sseproxy.log import json_ready, json_rendered
 from sseproxy.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
-from sseproxy.shell import app as app_module
 from sseproxy.shell import record as records
+from sseproxy.shell import state as state_module
 from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
+from sseproxy.shell.inspector import Inspector, StreamView, Viewer
 from sseproxy.shell.tapping import tap_options
 from tests.unit.test_record_paths import (
     built_records,
@@ -289,7 +289,7 @@ def test_routed_and_admitted_are_replace() -> None:
     assert routed.admitted(b"{}", asked, rules, secrets) == dataclasses.replace(
         routed, body=b"{}", asked=asked, inject_rules=rules, secrets=secrets
     )
-    assert [f.name for f in dataclasses.fields(records.RequestFacts)] == [
+    assert [f.name for f in dataclasses.fields(state_module.RequestFacts)] == [
         *("request_id", "method", "path", "started_at", "start", "route", "body"),
         *("inject_rules", "headers", "secrets", "asked"),
     ]  # routed() and admitted() pass them in this order
@@ -380,7 +380,7 @@ def test_the_direct_line_is_stamped_like_the_chain(monkeypatch: Any) -> None:
 
 
 def test_request_ids_are_uuid4_hex_and_distinct() -> None:
-    ids = [app_module.new_request_id() for _ in range(3 * app_module.IDS_PER_FETCH + 5)]
+    ids = [state_module.new_request_id() for _ in range(3 * state_module.IDS_PER_FETCH + 5)]
     assert len(set(ids)) == len(ids)
     for rid in ids:
         parsed = uuid.UUID(hex=rid)
@@ -394,15 +394,15 @@ def test_request_ids_take_their_random_bytes_in_batches(monkeypatch: Any) -> Non
         fetched.append(n)
         return bytes(i % 256 for i in range(n))
 
-    monkeypatch.setattr(app_module.os, "urandom", urandom)
-    app_module._fork_reset()  # as in a forked child: nothing inherited is used
-    first = app_module.new_request_id()
-    assert fetched == [16 * app_module.IDS_PER_FETCH]
+    monkeypatch.setattr(state_module.os, "urandom", urandom)
+    state_module._fork_reset()  # as in a forked child: nothing inherited is used
+    first = state_module.new_request_id()
+    assert fetched == [16 * state_module.IDS_PER_FETCH]
     assert first == "000102030405460788090a0b0c0d0e0f"  # version and variant bits set
-    for _ in range(app_module.IDS_PER_FETCH - 1):
-        app_module.new_request_id()
+    for _ in range(state_module.IDS_PER_FETCH - 1):
+        state_module.new_request_id()
     assert len(fetched) == 1
-    app_module.new_request_id()  # the batch is used up: the next one is fetched
+    state_module.new_request_id()  # the batch is used up: the next one is fetched
     assert len(fetched) == 2
 
 

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.config import Settings, make_route, mask_userinfo
+from sseproxy.target import BadTarget
 
 SP = make_route("sp", ("/sp/*",), "http://127.0.0.1:28100", strip_prefix="/sp")
 NP = make_route("np", ("/np/*",), "http://127.0.0.1:28100")
@@ -33,7 +34,6 @@ def origin(route_target: object) -> tuple[str | None, str | None, int | None]:
         (NP_STAR, "/np@127.0.0.2:28102/steal", "/np@127.0.0.2:28102/steal"),
         (NP, "/np:28102/steal", "/np:28102/steal"),
         (SP, "/sp//127.0.0.2:28101/steal", "//127.0.0.2:28101/steal"),
-        (SP, "/sp/..%2F..%2F@evil/x", "/..%2F..%2F@evil/x"),
         (SP, "/sp@127.0.0.2/x", "/sp@127.0.0.2/x"),  # not on a boundary: not stripped
         (SP, "/sp", "/"),
         (SP, "/sp?x=1", "/?x=1"),
@@ -64,7 +64,18 @@ def test_percent_escapes_stay_encoded(raw: str, path: str, query: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "raw", ["http://evil/x", "*", "", "evil/x", "/a b", "/a#b", "/caf\u00e9", "/a\x00b"]
+    "raw",
+    [
+        "http://evil/x",
+        "*",
+        "",
+        "evil/x",
+        "/a b",
+        "/a#b",
+        "/caf\u00e9",
+        "/a\x00b",
+        "/sp/..%2F@evil/x",
+    ],
 )
 def test_targets_that_are_not_origin_form_are_refused(raw: str) -> None:
     with pytest.raises(ValueError):
@@ -75,9 +86,12 @@ PATH_CHARS = st.text(alphabet=st.sampled_from("/?@:%.2Fa-_~!$&'()*+,;=[]"), min_
 
 
 @given(PATH_CHARS)
-def test_any_raw_path_keeps_the_upstream(rest: str) -> None:
+def test_any_raw_path_keeps_the_upstream_or_is_refused(rest: str) -> None:
     for route in (SP, NP, BASE, SP_SLASH, NP_STAR):
-        url = route.target("/sp" + rest)
+        try:
+            url = route.target("/sp" + rest)
+        except BadTarget:
+            continue
         assert origin(url) == origin(route.url)
 
 

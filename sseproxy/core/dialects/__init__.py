@@ -10,7 +10,9 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import SSEEvent
+from ..events import Framing, SSEEvent
+from ..eventstream import EventMessage
+from ..jsonvalue import loads
 from ..verdict import Dialect
 from . import (
     anthropic_messages,
@@ -24,7 +26,7 @@ from . import (
     sse,
     vercel_ui,
 )
-from .base import Assembler, Outcome, loads
+from .base import Assembler, Outcome
 from .spec import DialectSpec
 
 __all__ = [
@@ -33,9 +35,12 @@ __all__ = [
     "DialectSpec",
     "Outcome",
     "detect",
+    "fallback",
     "new_assembler",
     "sniff",
     "sniff_body",
+    "sniff_line",
+    "sniff_message",
     "spec_for",
 ]
 
@@ -122,12 +127,40 @@ def sniff(event: SSEEvent) -> Dialect | None:
     return sniff_body(obj)
 
 
-def sniff_body(obj: Any) -> Dialect | None:
+def sniff_body(obj: Any, framing: Framing | None = None) -> Dialect | None:
+    """Dialect from a parsed JSON value; `framing`: only among the specs that use it."""
     if isinstance(obj, list) and obj:
         obj = obj[0]
     if not isinstance(obj, dict):
         return None
     for spec in SPECS:
+        if framing is not None and spec.framing is not framing:
+            continue
         if spec.sniff is not None and spec.sniff(obj):
             return spec.dialect
     return None
+
+
+def sniff_line(line: bytes) -> Dialect:
+    """The NDJSON dialect of a stream from its first line."""
+    try:
+        obj = loads(line)
+    except ValueError:
+        obj = None
+    return sniff_body(obj, Framing.NDJSON) or fallback(Framing.NDJSON)
+
+
+def sniff_message(message: EventMessage) -> Dialect:
+    """The dialect of an AWS event stream from its first message."""
+    for spec in SPECS:
+        if spec.sniff_message is not None and spec.sniff_message(message):
+            return spec.dialect
+    return fallback(Framing.EVENTSTREAM)
+
+
+def fallback(framing: Framing) -> Dialect:
+    """The dialect a stream of `framing` is read as when nothing said which one it is."""
+    for spec in SPECS:
+        if framing in spec.fallback_for:
+            return spec.dialect
+    return Dialect.SSE

@@ -13,9 +13,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import orjson
-
 from ..events import Line, SSEEvent
+from ..jsonvalue import loads
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
 
 # Assembled text is kept only for tests, `replay --content` and the operator's optional content
@@ -164,26 +163,6 @@ class ToolCallBuffer:
             arguments_bytes=len(self.arguments.encode("utf-8", "replace")),
             arguments_valid_json=self.valid_json(),
         )
-
-
-class JSONTooDeep(ValueError):
-    """Nested deeper than the parsers go (orjson stops at 1024 levels, `json` at the recursion
-    limit): one undecodable value, like a syntax error, never an internal error."""
-
-
-def loads(data: str | bytes) -> Any:
-    """Parse JSON fast; raises ValueError on invalid input (callers record the anomaly).
-
-    The one JSON decode of the core: every value a peer sends goes through here, so a value no
-    parser takes (depth, syntax, UTF-8) costs that one event and the analysis goes on.
-    """
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(data)  # orjson rejects some valid JSON, e.g. integers over 64 bits
-        except RecursionError:
-            raise JSONTooDeep("JSON nested too deep") from None
 
 
 def dumps(value: Any) -> str:

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..events import Framing
 from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, EventStreamDecoder, event, exception
+from ..jsonvalue import loads
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig, dumps, loads
+from .base import Assembler, Outcome, as_int, dig, dumps
 from .spec import DialectSpec, Drills
 
 STOP_REASONS = {
@@ -76,15 +77,6 @@ def exception_info(message: EventMessage) -> ErrorInfo:
         code=code,
         message=text if isinstance(text, str) else None,
     )
-
-
-def sniff_message(message: EventMessage) -> Dialect:
-    """The Bedrock dialect of a stream from its first message: Invoke streams send `chunk`
-    events; anything else (an exception first, too) is read as Converse, whose exception
-    handling is the same."""
-    if message.message_type == "event" and message.event_type == "chunk":
-        return Dialect.BEDROCK_INVOKE
-    return Dialect.BEDROCK_CONVERSE
 
 
 def first_message(raw: bytes) -> EventMessage | None:
@@ -247,5 +239,8 @@ SPEC = DialectSpec(
     sniff=lambda obj: "stopReason" in obj and "output" in obj,  # a non-streamed answer
     media_type=EVENTSTREAM_MEDIA_TYPE,
     framing=Framing.EVENTSTREAM,
+    # An event stream whose first message is no Invoke `chunk` (an exception first, too) is
+    # read as Converse, whose exception handling is the same.
+    fallback_for=frozenset({Framing.EVENTSTREAM}),
     otel_provider="aws.bedrock",
 )

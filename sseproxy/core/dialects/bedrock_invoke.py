@@ -18,9 +18,10 @@ from typing import Any
 
 from ..events import Framing, SSEEvent
 from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
+from ..jsonvalue import loads
 from ..verdict import Dialect, FinishCategory, State, Usage
 from .anthropic_messages import EVENTS, AnthropicMessagesAssembler
-from .base import Outcome, as_int, dig, loads
+from .base import Outcome, as_int, dig
 from .bedrock_converse import first_message, injected_exception, on_exception
 from .spec import DialectSpec, Drills
 
@@ -196,6 +197,7 @@ SPEC = DialectSpec(
         keepalive=b"",
     ),
     path_suffixes=("/invoke-with-response-stream",),
+    sniff_message=lambda message: message.message_type == "event" and message.event_type == "chunk",
     media_type=EVENTSTREAM_MEDIA_TYPE,
     framing=Framing.EVENTSTREAM,
     otel_provider="aws.bedrock",

@@ -118,5 +118,6 @@ SPEC = DialectSpec(
     sniff=lambda obj: "done" in obj and ("message" in obj or "response" in obj),
     media_type=NDJSON_MEDIA_TYPE,
     framing=Framing.NDJSON,
+    fallback_for=frozenset({Framing.NDJSON}),  # an NDJSON stream no spec's `sniff` recognised
     otel_provider="ollama",
 )

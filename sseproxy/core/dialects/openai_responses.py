@@ -386,6 +386,11 @@ SPEC = DialectSpec(
     drills=Drills(
         is_terminal=lambda event, raw: event is not None and event.type in TERMINALS,
         error=_responses_error,
+        sequenced=True,
+        # `response.output_text.done`, `response.output_item.done`, ...: the full text again
+        is_snapshot=lambda event: (
+            event.type.startswith("response.") and event.type.endswith(".done")
+        ),
     ),
     path_suffixes=("/responses",),
     path_contains=("/responses/",),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..events import Framing, SSEEvent
+from ..eventstream import EventMessage
 from ..verdict import Dialect
 from .base import Assembler
 
@@ -31,13 +32,18 @@ class Drills:
     `is_terminal(event, raw)`: the event (None for an NDJSON line) is part of the terminal
     signal that `drop-terminal` removes; `error(sequence_number)`: the dialect's own in-band
     error for `inject-error`; `end_marker`: what a relay sends after a failure (`done-after-cut`);
-    `keepalive`: what its servers send while no content flows (`keepalive-stall`).
+    `keepalive`: what its servers send while no content flows (`keepalive-stall`);
+    `sequenced`: its events carry a `sequence_number`, which an injected error continues;
+    `is_snapshot(event)`: the event repeats what the deltas before it said, and
+    `duplicate-snapshot` sends it twice.
     """
 
     is_terminal: Callable[[SSEEvent | None, bytes], bool]
     error: Callable[[int], bytes]
     end_marker: bytes = b"data: [DONE]\n\n"
     keepalive: bytes = b": keep-alive\n\n"
+    sequenced: bool = False
+    is_snapshot: Callable[[SSEEvent], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +53,11 @@ class DialectSpec:
     Detection: a response carrying one of `response_headers`; a request path (query excluded)
     ending with one of `path_suffixes` or containing one of `path_contains`; a response
     Content-Type containing one of `content_types`. Sniffing, when none of these said anything:
-    an SSE `event:` name in `event_types` or starting with `event_prefix`, or a parsed JSON
-    object for which `sniff` is true. Specs are tried in registry order.
+    an SSE `event:` name in `event_types` or starting with `event_prefix`, a parsed JSON
+    object (a body, or the first line of an NDJSON stream) for which `sniff` is true, or the
+    first message of an AWS event stream for which `sniff_message` is true. Specs are tried in
+    registry order. A stream in one of the `fallback_for` framings that none of these
+    identified is read as this dialect (NDJSON as Ollama, an event stream as Bedrock Converse).
 
     `media_type` is what the mock serves it as; `otel_operation` and `otel_provider` are the
     GenAI semantic-convention values (None: not a GenAI operation); `primary_group` is the
@@ -66,6 +75,8 @@ class DialectSpec:
     event_types: frozenset[str] = frozenset()
     event_prefix: str | None = None
     sniff: Callable[[dict[str, Any]], bool] | None = None
+    sniff_message: Callable[[EventMessage], bool] | None = None
+    fallback_for: frozenset[Framing] = frozenset()
     media_type: str = SSE_MEDIA_TYPE
     framing: Framing = Framing.SSE  # the framing its streams use (NDJSON for Ollama)
     otel_operation: str | None = "chat"

@@ -6,9 +6,10 @@ one cut mid-body is `interrupted`. An event that is only an error object still f
 
 from __future__ import annotations
 
-from ..events import SSEEvent
+from ..events import Framing, SSEEvent
+from ..jsonvalue import loads
 from ..verdict import Dialect
-from .base import Assembler, loads
+from .base import Assembler
 from .spec import DialectSpec, Drills, done_marker, generic_error
 
 
@@ -47,6 +48,7 @@ SSE_SPEC = DialectSpec(
     dialect=Dialect.SSE,
     assembler=PlainSSEAssembler,
     drills=Drills(is_terminal=done_marker, error=generic_error),
+    fallback_for=frozenset({Framing.SSE}),
     otel_operation=None,
 )
 TEXT_SPEC = DialectSpec(
@@ -60,5 +62,6 @@ TEXT_SPEC = DialectSpec(
         end_marker=b"",
     ),
     media_type="text/plain; charset=utf-8",
+    fallback_for=frozenset({Framing.TEXT}),  # a text body is read as text, whatever was detected
     otel_operation=None,
 )

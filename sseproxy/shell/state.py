@@ -1,0 +1,257 @@
+"""What one request and the whole proxy hold: values and limits. Every shell module imports
+this one and it imports none of them (only the inspector's view types, a leaf), so that the
+shell's modules form no import cycle."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+from ..capture import Capture, CaptureStore
+from ..config import Route
+from ..core import EndReason, ErrorInfo, StreamTap
+from ..core.inject import Rule
+from ..core.pacing import Pacing
+from ..core.request import RequestFacts as CoreRequestFacts
+from ..delivery import ClientDelivery
+from ..metrics import Metrics
+from ..redact import Secrets
+from .inspector import Inspector, StreamView
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from ..tracing import Tracing
+
+
+# What a request asked for before its body was read (frozen: one for all).
+NOTHING_ASKED = CoreRequestFacts()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What the client asked for, fixed once the request has been admitted."""
+
+    request_id: str
+    method: str
+    path: str  # the raw target as sent, its credentials redacted
+    started_at: float  # wall clock, for people
+    start: float  # monotonic, for durations
+    route: Route | None = None
+    body: bytes = b""
+    inject_rules: tuple[Rule, ...] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)  # as received (read-only)
+    secrets: Secrets = field(default_factory=lambda: Secrets.from_request({}, "/", b""))
+    asked: CoreRequestFacts = NOTHING_ASKED  # for the core's checks
+
+    def routed(self, route: Route) -> RequestFacts:
+        """These facts with their route (`dataclasses.replace`, built directly: per request)."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            route,
+            self.body,
+            self.inject_rules,
+            self.headers,
+            self.secrets,
+            self.asked,
+        )
+
+    def admitted(
+        self,
+        body: bytes,
+        asked: CoreRequestFacts,
+        inject_rules: tuple[Rule, ...],
+        secrets: Secrets,
+    ) -> RequestFacts:
+        """These facts with what the body and the drill header say."""
+        return RequestFacts(
+            self.request_id,
+            self.method,
+            self.path,
+            self.started_at,
+            self.start,
+            self.route,
+            body,
+            inject_rules,
+            self.headers,
+            secrets,
+            asked,
+        )
+
+
+@dataclass
+class Timings:
+    """Clock readings of one request; the core never reads the clock, the shell does."""
+
+    start: float
+    headers: float | None = None
+    last_chunk: float | None = None
+    max_gap: float = 0.0
+    first_content: float | None = None
+    last_content: float | None = None
+    max_content_gap: float = 0.0
+
+    def chunk(self, arrived: float, now: float, content_deltas: int) -> None:
+        """A chunk that `arrived` from upstream reached the client at `now`.
+
+        The gap is the upstream's silence (arrival minus the previous chunk's delivery), so a
+        client that reads slowly shows in `client_wait_ms`, not in `max_gap_ms`.
+        """
+        last = self.last_chunk or self.headers or self.start
+        if arrived - last > self.max_gap:
+            self.max_gap = arrived - last
+        self.last_chunk = now
+        if content_deltas:
+            if self.first_content is None:
+                self.first_content = now
+            elif self.last_content is not None:
+                self.max_content_gap = max(self.max_content_gap, now - self.last_content)
+            self.last_content = now
+
+    def fields(self, end: float) -> dict[str, float | None]:
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round((t - self.start) * 1000, 3)
+
+        # Silence up to the end counts too: it is the gap a timeout or a cut ends.
+        content_gap = self.max_content_gap
+        if self.last_content is not None:
+            content_gap = max(content_gap, end - self.last_content)
+        last_byte = self.last_chunk or self.headers
+        max_gap = self.max_gap if last_byte is None else max(self.max_gap, end - last_byte)
+        return {
+            "ttfb_ms": ms(self.headers),
+            "ttft_ms": ms(self.first_content),
+            "duration_ms": round((end - self.start) * 1000, 3),
+            "max_gap_ms": None if last_byte is None else round(max_gap * 1000, 3),
+            "content_gap_ms": round(content_gap * 1000, 3) if self.first_content else None,
+        }
+
+
+@dataclass
+class Progress:
+    """What happened so far; the shell's only mutable per-request state."""
+
+    timings: Timings
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    content_type: str | None = None
+    upstream_request_id: str | None = None
+    stream: bool = False
+    tap: StreamTap | None = None
+    view: StreamView | None = None
+    capture: Capture | None = None
+    span: Span | None = None
+    delivery: ClientDelivery | None = None
+    pacing: Pacing | None = None
+    end: EndReason | str = EndReason.END_OF_INPUT
+    # The upstream body ended by its framing (True), was cut (False), or nobody knows: the
+    # client left and the proxy stopped reading (None).
+    http_complete: bool | None = False
+    # Every byte of the response reached the client's connection: its close is no leaving.
+    delivered: bool = False
+    upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
+    proxy_error: ErrorInfo | None = None
+
+    def client_left(self, upstream_ended: bool) -> None:
+        """The client went before the last byte: `http_complete` says what the proxy knows of
+        the upstream body, never `false` (the client saw no broken transfer)."""
+        self.upstream_ended = upstream_ended
+        self.end = EndReason.CLIENT_DISCONNECTED
+        self.http_complete = True if upstream_ended else None
+
+    def cancelled_at(self, upstream_ended: bool, received_all: bool) -> None:
+        """The handler is being cancelled mid-relay: note how far the response had got, for
+        `cancelled` to decide once the cause is known."""
+        self.upstream_ended = upstream_ended
+        if received_all and upstream_ended:
+            self.end, self.http_complete, self.delivered = EndReason.UPSTREAM_CLOSED, True, True
+
+    def cancelled(self, shutdown: bool) -> None:
+        """The handler was cancelled: the client left, or the proxy shuts down (its own cut).
+        A client that had received every byte did not leave early; nothing changes then."""
+        if self.delivered:
+            return
+        if shutdown:
+            self.end, self.http_complete = EndReason.PROXY_SHUTDOWN, False
+        else:
+            self.client_left(self.upstream_ended)
+
+
+@dataclass
+class ProxyState:
+    metrics: Metrics
+    inspector: Inspector
+    captures: CaptureStore | None = None
+    tracing: Tracing | None = None
+    started: float = field(default_factory=time.monotonic)
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    active: int = 0  # stream slots taken
+    body_bytes: int = 0  # request body bytes held by requests in flight
+    shutting_down: bool = False
+    session: aiohttp.ClientSession | None = None
+    failed_sinks: set[str] = field(default_factory=set)
+
+
+class _Random:
+    """Random bytes for request ids, fetched for many ids at once: one system call per
+    IDS_PER_FETCH requests instead of one per request. A forked child drops what it inherited,
+    so that no two processes hand out the same ids."""
+
+    pool = b""
+    used = 0
+
+
+IDS_PER_FETCH = 64
+
+
+def _fork_reset() -> None:
+    _Random.pool, _Random.used = b"", 0
+
+
+os.register_at_fork(after_in_child=_fork_reset)
+
+
+def new_request_id() -> str:
+    """A random UUID, version 4, as `uuid.uuid4().hex` writes it."""
+    if _Random.used >= len(_Random.pool):
+        _Random.pool, _Random.used = os.urandom(16 * IDS_PER_FETCH), 0
+    start = _Random.used
+    _Random.used = start + 16
+    raw = bytearray(_Random.pool[start : start + 16])
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
+
+
+class Exchange:
+    """One proxied request: immutable facts, a small mutable progress, the resources it holds."""
+
+    __slots__ = ("body_bytes", "facts", "progress", "slot")
+
+    def __init__(self, request: web.Request) -> None:
+        start = time.monotonic()
+        # Rebuilt with the body once it is read; every sink gets what these redact.
+        secrets, path = Secrets.of_request(request.headers, request.raw_path)
+        self.facts = RequestFacts(
+            request_id=new_request_id(),
+            method=request.method,
+            path=path,
+            started_at=time.time(),
+            start=start,
+            headers=request.headers,
+            secrets=secrets,
+        )
+        self.progress = Progress(Timings(start))
+        self.slot = False
+        self.body_bytes = 0
