@@ -28,7 +28,7 @@ from ..redact import Secrets
 from . import record as records
 from .admission import Refused, admit
 from .errors import describe
-from .record import Progress, RequestFacts, Timings, proxy_error
+from .record import PROXY_ERROR, Progress, RequestFacts, Timings, proxy_error
 from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
 from .upstream import new_session
@@ -158,7 +158,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             x.progress.http_complete = False
             raise
         except Exception as exc:  # a bug of ours: still one record, and the client sees a break
-            x.progress.end = "proxy_error"
+            x.progress.end = PROXY_ERROR
             x.progress.proxy_error = proxy_error("internal_error", describe(exc))
             safecall(state, "log", lambda: log.exception("proxy.internal_error"))
             break_downstream(request)
