@@ -1,5 +1,6 @@
-# sseproxy as a sidecar. The same steps CI exercises: install from pyproject, run `sseproxy`.
-FROM python:3.12-slim
+# sseproxy as a sidecar. The same steps CI exercises: install from pyproject, run `sseproxy`,
+# on the Python CI tests (3.11, pyproject's target).
+FROM python:3.11-slim
 
 RUN useradd --create-home --uid 10001 sseproxy
 WORKDIR /app
@@ -20,6 +21,7 @@ ENV SSEPROXY_LISTEN=0.0.0.0:8790 \
 # only together with `docker stop -t` / compose's `stop_grace_period`.
 STOPSIGNAL SIGTERM
 EXPOSE 8790
+# healthz on the port the proxy listens on: SSEPROXY_LISTEN's, whatever `docker run -e` set.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8790/_sseproxy/healthz', timeout=2)"
+  CMD python -c "import os, urllib.request; port = os.environ.get('SSEPROXY_LISTEN', ':8790').rpartition(':')[2]; urllib.request.urlopen(f'http://127.0.0.1:{port}/_sseproxy/healthz', timeout=2)"
 ENTRYPOINT ["sseproxy"]

@@ -2,9 +2,15 @@
 routes come from the config, dialects, states, categories and anomaly names are our own
 vocabularies; a model is a label only when the config allows it by name, else "other".
 
-Every series an alert may watch exists at zero from startup: a counter series that appears
-already holding its first increment is invisible to `rate()` and `increase()`, and the rare
-states (the ones alerts watch) are exactly the series that appear late.
+Series are created when first used, so that a proxy that has served nothing exports almost
+nothing (the exposition was 1.08 MB at startup when every combination existed at zero). The
+exceptions, because a counter series that appears already holding its first increment is
+invisible to `rate()` and `increase()`:
+- `sseproxy_impossible_values_total{field}` exists at zero from startup (an alert fires on
+  its `increase()` > 0, so its very first increment must be seen);
+- the first request of a (route, dialect, model) creates every outcome of that combination
+  at zero (`OUTCOMES`), so the alerts' failure shares see each failure after it.
+Nothing here knows a dialect by name: what differs per dialect is read from its DialectSpec.
 """
 
 from __future__ import annotations
@@ -24,14 +30,16 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 
 from . import __version__
-from .core import Dialect, FinishCategory, State, Verdict
+from .core import FinishCategory, State, Verdict
+from .core.dialects import spec_for
 
-__all__ = ["ANOMALIES", "CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
 
 # Latencies of LLM streams: first bytes in milliseconds to seconds, whole answers up to minutes.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -43,75 +51,8 @@ MAX_TOKENS_PER_SECOND = 1_000_000
 # output_visible = everything generated. (Providers' own `input` includes cached tokens and
 # OpenAI's `output` includes reasoning tokens; summing those kinds would count tokens twice.)
 TOKEN_KINDS = ("input_uncached", "input_cached", "output_reasoning", "output_visible")
-# Dialects whose output count excludes reasoning (Gemini's candidatesTokenCount does not
-# include thoughtsTokenCount); elsewhere reasoning is part of the output count.
-REASONING_BESIDE_OUTPUT = frozenset({Dialect.GEMINI})
 # More tokens than any model's context in one request is a provider bug or a hostile peer.
 MAX_TOKENS = 100_000_000
-# Every anomaly name the core can count, so that each series exists at zero (a few are
-# counted only by the lead's newer core). tests/unit/test_metrics.py fails when the core
-# counts a name missing here.
-ANOMALIES = (
-    "analysis_budget_exceeded",
-    "body_too_large_to_analyse",
-    "choices_missing",
-    "client_left_before_end",
-    "conflicting_tool_call_id",
-    "conflicting_tool_call_name",
-    "content_decoding_error",
-    "content_filter_error",
-    "content_filtered",
-    "content_stall",
-    "content_type_mismatch",
-    "core_error",
-    "delta_after_done",
-    "delta_without_block_start",
-    "done_after_error",
-    "done_without_finish_reason",
-    "duplicate_tool_call_id",
-    "empty_body",
-    "event_type_mismatch",
-    "events_after_terminal",
-    "eventstream_impossible_length",
-    "eventstream_malformed_headers",
-    "eventstream_message_crc_mismatch",
-    "eventstream_prelude_crc_mismatch",
-    "index_out_of_range",
-    "invalid_chunk_bytes",
-    "invalid_tool_arguments",
-    "invalid_utf8",
-    "invocation_metrics_missing",
-    "json_decode_error",
-    "metadata_missing",
-    "missing_done",
-    "no_terminal_signal",
-    "oversized_event",
-    "partial_event_discarded",
-    "prompt_filtered",
-    "repeated_error",
-    "repeated_finish_reason",
-    "repeated_tool_call_fields",
-    "sequence_gap",
-    "sequence_regression",
-    "snapshot_mismatch",
-    "stop_reason_without_message_stop",
-    "stream_not_honoured",
-    "too_many_tool_calls",
-    "tool_input_error",
-    "tool_output_error",
-    "truncated_after_terminal",
-    "truncated_compressed_body",
-    "unexpected_content_type",
-    "unexpected_done",
-    "unexpected_framing",
-    "unexpected_payload",
-    "unknown_delta_type",
-    "unknown_event_type",
-    "unknown_finish_reason",
-    "unknown_sse_field",
-    "upstream_buffered",
-    "usage_missing",
-)
 # Values a peer can send that no real stream has; each is dropped and counted by field.
 IMPOSSIBLE_FIELDS = (
     "tokens",
@@ -125,8 +66,8 @@ IMPOSSIBLE_FIELDS = (
 _S = State
 _F = FinishCategory
 # The (state, finish_category, status_class) outcomes the core and the shell produce, made to
-# exist at zero for every route, dialect and model label. The full product would be ~2,600
-# series per route and dialect, nearly all of them impossible.
+# exist at zero with the first request of each route, dialect and model label. The full
+# product would be ~2,600 series per combination, nearly all of them impossible.
 OUTCOMES: tuple[tuple[str, str, str], ...] = (
     *((_S.COMPLETED, c, "2xx") for c in (_F.STOP, _F.TOOL_USE)),
     *(
@@ -142,19 +83,24 @@ OUTCOMES: tuple[tuple[str, str, str], ...] = (
 )
 
 NO_ROUTE_OUTCOMES = tuple(o for o in OUTCOMES if o[0] is _S.HTTP_ERROR)
-# The record's latency fields, in the order of _DialectChildren.latency.
+# The record's latency fields, in the order of _Children.latency.
 LATENCY_FIELDS = ("ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms")
 # Label children remembered per Metrics: far more than the bounded label values can make.
 MAX_CACHED_CHILDREN = 4096
+# The labels every per-request family carries, so that a dashboard filters each panel by them.
+REQUEST_LABELS = ("route", "dialect", "model")
 
 
 @dataclass(frozen=True, slots=True)
-class _DialectChildren:
-    """One dialect's series, bound once: the latency histograms, bytes and token counters."""
+class _Children:
+    """One (route, dialect, model)'s series, bound once: latency histograms, output speed,
+    bytes and token counters, and how its dialect counts reasoning tokens."""
 
     latency: tuple[Any, ...]
+    output_speed: Any
     upstream_bytes: Any
     tokens: Mapping[str, Any]
+    output_includes_reasoning: bool
 
 
 def _tokens(value: int | None) -> int | None:
@@ -166,9 +112,10 @@ def _tokens(value: int | None) -> int | None:
     return value
 
 
-def token_kinds(dialect: str, usage: Any) -> dict[str, int]:
+def token_kinds(usage: Any, output_includes_reasoning: bool = True) -> dict[str, int]:
     """Split a verdict's Usage into the non-overlapping TOKEN_KINDS; ValueError if impossible
-    (a negative or absurd count, more cached than input, more reasoning than output)."""
+    (a negative or absurd count, more cached than input, more reasoning than an output count
+    that includes it). `output_includes_reasoning` is the dialect's DialectSpec flag."""
     inputs, cached = _tokens(usage.input_tokens), _tokens(usage.cached_tokens) or 0
     output, reasoning = _tokens(usage.output_tokens), _tokens(usage.reasoning_tokens) or 0
     out: dict[str, int] = {}
@@ -181,7 +128,7 @@ def token_kinds(dialect: str, usage: Any) -> dict[str, int]:
     if reasoning:
         out["output_reasoning"] = reasoning
     if output is not None:
-        if dialect in REASONING_BESIDE_OUTPUT:
+        if not output_includes_reasoning:
             out["output_visible"] = output
         elif reasoning > output:
             raise ValueError(reasoning)
@@ -190,12 +137,23 @@ def token_kinds(dialect: str, usage: Any) -> dict[str, int]:
     return out
 
 
+def output_includes_reasoning(dialect: Any) -> bool:
+    """The dialect's DialectSpec says so; a dialect without a spec counts like most do."""
+    try:
+        return spec_for(dialect).output_includes_reasoning
+    except KeyError:
+        return True
+
+
 class Metrics:
     def __init__(
         self, models: Iterable[str] = (), routes: Iterable[str] = (), *, process: bool = True
     ) -> None:
         """`routes`: the configured route names (the `route` label's values, plus "none" for
         requests no route matched). `process`: add the process, platform and GC collectors."""
+        # `*_created` samples doubled the exposition and no dashboard or alert reads them
+        # (prometheus_client >= 0.18; a process-wide switch, and this process is the proxy).
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated upstream
         self.registry = CollectorRegistry()
         self.models = frozenset(models)
         self.routes = frozenset(routes)
@@ -207,7 +165,10 @@ class Metrics:
             registry=r,
         )
         self.anomalies = Counter(
-            "sseproxy_anomalies", "Anomalies seen in streams", ["anomaly"], registry=r
+            "sseproxy_anomalies",
+            "Anomalies seen in streams",
+            [*REQUEST_LABELS, "anomaly"],
+            registry=r,
         )
         self.impossible = Counter(
             "sseproxy_impossible_values",
@@ -218,35 +179,35 @@ class Metrics:
         self.ttfb = Histogram(
             "sseproxy_ttfb_seconds",
             "Time to upstream response headers",
-            ["dialect"],
+            REQUEST_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.ttft = Histogram(
             "sseproxy_ttft_seconds",
             "Time to the first content delta",
-            ["dialect"],
+            REQUEST_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.duration = Histogram(
             "sseproxy_duration_seconds",
             "Whole request",
-            ["dialect"],
+            REQUEST_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.max_gap = Histogram(
             "sseproxy_max_gap_seconds",
             "Longest silence between upstream chunks",
-            ["dialect"],
+            REQUEST_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.output_speed = Histogram(
             "sseproxy_output_tokens_per_second",
             "Output tokens (from usage) over the time from first to last content delta",
-            ["dialect", "model"],
+            REQUEST_LABELS,
             buckets=SPEED_BUCKETS,
             registry=r,
         )
@@ -254,19 +215,18 @@ class Metrics:
         self.upstream_bytes = Counter(
             "sseproxy_upstream_bytes",
             "Response bytes received from upstreams",
-            ["dialect"],
+            REQUEST_LABELS,
             registry=r,
         )
         self.tokens = Counter(
             "sseproxy_tokens",
             "Tokens reported by providers, by non-overlapping kind",
-            ["dialect", "kind"],
+            [*REQUEST_LABELS, "kind"],
             registry=r,
         )
         # Label children bound once (prometheus_client's `labels()` costs ~2 µs a call).
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._per_dialect: dict[str, _DialectChildren] = {}
-        self._impossible: dict[str, Any] = {}
+        self._per_request: dict[tuple[str, str, str], _Children] = {}
         self.sink_errors = Counter(
             "sseproxy_sink_errors", "Sinks that raised on a record", ["sink"], registry=r
         )
@@ -276,27 +236,7 @@ class Metrics:
             PlatformCollector(registry=r)
             if GC_COLLECTOR is not None:
                 GCCollector(registry=r)
-        self._initialise()
-
-    def _initialise(self) -> None:
-        """Create every bounded series at zero (see the module docstring)."""
-        dialects = [str(d) for d in Dialect]
-        models = [*sorted(self.models), "other"]
-        for route in [*sorted(self.routes), "none"]:
-            # Without a route the proxy answers itself (404, 405, 503): only http_error.
-            outcomes = OUTCOMES if route != "none" else NO_ROUTE_OUTCOMES
-            for dialect in dialects:
-                for state, category, status_class in outcomes:
-                    for model in models:
-                        self.requests.labels(
-                            route, dialect, str(state), str(category), status_class, model
-                        )
-        for name in ANOMALIES:
-            self.anomalies.labels(name)
-        for dialect in dialects:
-            self._dialect_children(dialect)
-            for model in models:
-                self.output_speed.labels(dialect, model)
+        # At zero from startup: SseproxyImpossibleValues fires on increase() > 0.
         self._impossible = {field: self.impossible.labels(field) for field in IMPOSSIBLE_FIELDS}
 
     def sink_failed(self, sink: str) -> None:
@@ -313,11 +253,14 @@ class Metrics:
         are left out and counted in sseproxy_impossible_values_total."""
         dialect = str(verdict.dialect)
         status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
+        route = self.route_label(fields.get("route"))
         model = self.model_label(fields.get("model"))
+        key = (route, dialect, model)
+        children = self._per_request.get(key) or self._first_request(key, verdict.dialect)
         self._child(
             self.requests,
             (
-                self.route_label(fields.get("route")),
+                route,
                 dialect,
                 str(verdict.state),
                 str(verdict.finish_category or "none"),
@@ -327,34 +270,33 @@ class Metrics:
         ).inc()
         for name, count in verdict.anomalies.items():
             if isinstance(count, int) and count > 0:
-                self._child(self.anomalies, (name,)).inc(count)
-        per_dialect = self._per_dialect.get(dialect) or self._dialect_children(dialect)
-        for histogram, key in zip(per_dialect.latency, LATENCY_FIELDS, strict=True):
-            value = fields.get(key)
+                self._child(self.anomalies, (*key, name)).inc(count)
+        for histogram, field in zip(children.latency, LATENCY_FIELDS, strict=True):
+            value = fields.get(field)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if math.isfinite(value) and value >= 0:
                     histogram.observe(value / 1000)
                 else:
-                    self._impossible[key].inc()
+                    self._impossible[field].inc()
         speed = fields.get("output_tokens_per_s")
         if isinstance(speed, int | float) and not isinstance(speed, bool):
             if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
-                self._child(self.output_speed, (dialect, model)).observe(speed)
+                children.output_speed.observe(speed)
             else:
                 self._impossible["output_tokens_per_s"].inc()
         if verdict.bytes >= 0:
-            per_dialect.upstream_bytes.inc(verdict.bytes)
+            children.upstream_bytes.inc(verdict.bytes)
         else:
             self._impossible["bytes"].inc()
         if verdict.usage is not None:
             try:
-                kinds = token_kinds(dialect, verdict.usage)
+                kinds = token_kinds(verdict.usage, children.output_includes_reasoning)
             except ValueError:
                 self._impossible["tokens"].inc()
             else:
                 for kind, value in kinds.items():
                     if value:
-                        per_dialect.tokens[kind].inc(value)
+                        children.tokens[kind].inc(value)
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """`metric.labels(*labels)`, remembered: label values are bounded vocabularies, and
@@ -367,16 +309,26 @@ class Metrics:
                 self._children[key] = child
         return child
 
-    def _dialect_children(self, dialect: str) -> _DialectChildren:
-        children = _DialectChildren(
+    def _first_request(self, key: tuple[str, str, str], dialect: Any) -> _Children:
+        """The series of a (route, dialect, model) not seen before: every outcome it can have
+        at zero (see the module docstring), and its other series bound once."""
+        route, dialect_label, model = key
+        # Without a route the proxy answers itself (404, 405, 503): only http_error.
+        for state, category, status_class in OUTCOMES if route != "none" else NO_ROUTE_OUTCOMES:
+            self.requests.labels(
+                route, dialect_label, str(state), str(category), status_class, model
+            )
+        children = _Children(
             latency=tuple(
-                h.labels(dialect) for h in (self.ttfb, self.ttft, self.duration, self.max_gap)
+                h.labels(*key) for h in (self.ttfb, self.ttft, self.duration, self.max_gap)
             ),
-            upstream_bytes=self.upstream_bytes.labels(dialect),
-            tokens={kind: self.tokens.labels(dialect, kind) for kind in TOKEN_KINDS},
+            output_speed=self.output_speed.labels(*key),
+            upstream_bytes=self.upstream_bytes.labels(*key),
+            tokens={kind: self.tokens.labels(*key, kind) for kind in TOKEN_KINDS},
+            output_includes_reasoning=output_includes_reasoning(dialect),
         )
-        if len(self._per_dialect) < MAX_CACHED_CHILDREN:
-            self._per_dialect[dialect] = children
+        if len(self._per_request) < MAX_CACHED_CHILDREN:
+            self._per_request[key] = children
         return children
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:

@@ -24,7 +24,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from . import __version__, log
+from . import __version__, admin, log
 from .config import Settings
 from .shell.app import STATE, create_app, is_loopback
 
@@ -183,6 +183,15 @@ async def serve(settings: Settings, loop_name: str) -> int:
         await runner.cleanup()
         return EXIT_CANNOT_LISTEN
     tune_gc()
+    announce(settings, loop_name, backlog)
+    await signals.first.wait()
+    await stop(runner, site, inflight, signals, settings.shutdown_grace)
+    return 0
+
+
+def announce(settings: Settings, loop_name: str, backlog: int) -> None:
+    """`proxy.started`, then a warning for each setting an operator would otherwise find
+    out about from a refused request."""
     logger.info(
         "proxy.started",
         version=__version__,
@@ -199,9 +208,15 @@ async def serve(settings: Settings, loop_name: str) -> int:
             hint="every API key sent to this proxy is exposed on that address; "
             "set allow_remote = true to silence this warning",
         )
-    await signals.first.wait()
-    await stop(runner, site, inflight, signals, settings.shutdown_grace)
-    return 0
+    # admin.py refuses every /_sseproxy/ endpoint but healthz beyond loopback without a token
+    if not admin.is_loopback(admin.host_name(settings.host)) and not settings.admin_token:
+        logger.warning(
+            "proxy.admin_token_missing",
+            listen=settings.listen,
+            hint="the inspector and /_sseproxy/metrics answer 403 on this address: set "
+            "SSEPROXY_ADMIN_TOKEN (admin_token) and send it as `Authorization: Bearer <token>` "
+            "or ?token=; healthz stays open",
+        )
 
 
 async def stop(

@@ -24,7 +24,7 @@ from . import record as records
 from .admission import Refused, admit
 from .errors import describe
 from .inspector import Inspector
-from .record import proxy_error
+from .record import PROXY_ERROR, proxy_error
 from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
 from .state import Exchange, ProxyState
@@ -84,7 +84,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             x.progress.cancelled(state.shutting_down)
             raise
         except Exception as exc:  # a bug of ours: still one record, and the client sees a break
-            x.progress.end = "proxy_error"
+            x.progress.end = PROXY_ERROR
             x.progress.proxy_error = proxy_error("internal_error", describe(exc))
             safecall(state, "log", lambda: log.exception("proxy.internal_error"))
             break_downstream(request)

@@ -15,6 +15,11 @@ from .state import Progress, RequestFacts
 from .tapping import close_tap
 
 Record = Mapping[str, Any]
+# `interruption.reason` of a request the proxy itself failed (an internal error), beside
+# the core's EndReason values.
+PROXY_ERROR = "proxy_error"
+# The anomaly of the minimal record written when building the full one failed.
+RECORD_ERROR = "record_error"
 # Responses that carry no body by definition (RFC 9110 §6.4.1).
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -136,7 +141,7 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
                     "status": progress.status,
                     "state": str(State.UNCONFIRMED),
                     "interruption": {"reason": str(progress.end), "partial_event_bytes": 0},
-                    "anomalies": {"record_error": 1},
+                    "anomalies": {RECORD_ERROR: 1},
                     "error": {"type": "sseproxy_record_error", "message": repr(why)[:300]},
                 }
             )

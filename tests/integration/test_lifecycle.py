@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -15,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from sseproxy import log
 from sseproxy.config import load
-from sseproxy.server import DEFAULT_BACKLOG, listen_backlog, system_backlog
+from sseproxy.server import DEFAULT_BACKLOG, announce, listen_backlog, system_backlog
 
 FIRST = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
 LAST = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -318,3 +320,33 @@ def test_a_burst_of_connects_waits_in_the_accept_queue(upstream: HeldUpstream) -
         proxy.finish()
     assert len(clients) == burst
     assert proxy.proc.returncode == 0
+
+
+@pytest.mark.parametrize("log_format", ["json", "console"])
+@pytest.mark.parametrize(
+    ("listen", "token", "warned"),
+    [
+        ("0.0.0.0:8790", "", True),  # the Docker image's default: the inspector answers 403
+        ("[::]:8790", "", True),
+        ("0.0.0.0:8790", "s3cret-token", False),
+        ("127.0.0.1:8790", "", False),  # loopback needs no token
+        ("localhost:8790", "", False),
+    ],
+)
+def test_startup_says_when_the_admin_endpoints_need_a_token_that_is_not_set(
+    listen: str, token: str, warned: bool, log_format: str
+) -> None:
+    stream = io.StringIO()
+    log.configure(log_format, "info", stream, cache=False)
+    settings = load(None, {}, {"listen": listen, "allow_remote": True, "admin_token": token})
+    announce(settings, "asyncio", 128)
+    lines = stream.getvalue().splitlines()
+    assert "proxy.started" in lines[0]
+    warnings = [line for line in lines if "proxy.admin_token_missing" in line]
+    assert len(warnings) == (1 if warned else 0), lines
+    if warned:
+        assert "SSEPROXY_ADMIN_TOKEN" in warnings[0] and "403" in warnings[0]
+        if log_format == "json":
+            assert json.loads(warnings[0])["level"] == "warning"
+    if token:
+        assert token not in stream.getvalue()  # the token itself is never logged

@@ -10,8 +10,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sseproxy.config import load
+from sseproxy.metrics import IMPOSSIBLE_FIELDS
 from sseproxy.replay import ReplayOptions, replay
-from sseproxy.shell.app import STATE
+from sseproxy.shell.app import STATE, create_app
 from tests.integration.conftest import captured
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse
@@ -67,27 +69,48 @@ async def test_metrics_exposition(upstream, make_proxy, logs) -> None:
         if k[0] == "sseproxy_requests_total" and ("state", "interrupted") in k[1] and v
     ]
     assert len(cut) == 1 and got[cut[0]] == 1
-    assert got[("sseproxy_anomalies_total", (("anomaly", "partial_event_discarded"),))] == 1
-    openai_input = (("dialect", "openai-chat"), ("kind", "input_uncached"))
-    assert got[("sseproxy_tokens_total", openai_input)] == 14
-    assert got[("sseproxy_ttft_seconds_count", (("dialect", "openai-chat"),))] == 2
+    anthropic = {("route", "upstream"), ("dialect", "anthropic-messages"), ("model", "other")}
+    partial = tuple(sorted({*anthropic, ("anomaly", "partial_event_discarded")}))
+    assert got[("sseproxy_anomalies_total", partial)] == 1
+    for model, requests in (("gpt-known", 1), ("other", 1)):
+        chat = {("route", "upstream"), ("dialect", "openai-chat"), ("model", model)}
+        openai_input = tuple(sorted({*chat, ("kind", "input_uncached")}))
+        assert got[("sseproxy_tokens_total", openai_input)] == 7 * requests
+        assert got[("sseproxy_ttft_seconds_count", tuple(sorted(chat)))] == requests
+        bytes_key = ("sseproxy_upstream_bytes_total", tuple(sorted(chat)))
+        assert got[bytes_key] == requests * len(COMPLETE)
     assert got[("sseproxy_active_streams", ())] == 0
-    assert got[("sseproxy_upstream_bytes_total", (("dialect", "openai-chat"),))] == 2 * len(
-        COMPLETE
-    )
     labels = {v for k in got for _, v in k[1]}
     assert "unlisted-model" not in labels  # label values stay bounded
 
 
+async def test_the_startup_exposition_is_small(aiohttp_client) -> None:
+    """With the default config and before any request: about 1,082,600 bytes (7,729 samples, 3,388
+    of them `*_created`) before series were created when first used; now a few kB. What the
+    alerts need at zero is there: the impossible-values counters."""
+    client = await aiohttp_client(create_app(load(None, {}, {})))
+    body = await (await client.get("/_sseproxy/metrics")).read()
+    assert len(body) <= 150_000, len(body)
+    assert b"_created" not in body
+    got = samples(body.decode())
+    for field in IMPOSSIBLE_FIELDS:
+        assert got[("sseproxy_impossible_values_total", (("field", field),))] == 0
+    assert got[("sseproxy_active_streams", ())] == 0
+
+
 async def test_a_rare_state_is_visible_to_increase(upstream, make_proxy, logs) -> None:
-    """The series of a rare outcome exists at zero before its first request, so a scraper
-    sees 0 then 1 (an increase), not a series born holding 1."""
+    """After the first request of a route, dialect and model, the series of its rare
+    outcomes exist at zero, so a scraper sees 0 then 1 (an increase), not a series born
+    holding 1."""
     fake, _ = upstream
     busy = b'{"error":{"message":"busy"}}'
+    client = await make_proxy()
+    fake.script(PATH, Script([Send(COMPLETE)]))
+    await (await client.post(PATH, json={"model": "m"})).read()
+    await logs.wait(1)
     fake.script(
         PATH, Script([Send(busy)], status=503, headers={"Content-Type": "application/json"})
     )
-    client = await make_proxy()
     key = (
         "sseproxy_requests_total",
         tuple(
@@ -106,7 +129,7 @@ async def test_a_rare_state_is_visible_to_increase(upstream, make_proxy, logs) -
     before = samples(await (await client.get("/_sseproxy/metrics")).text())
     assert before[key] == 0
     await (await client.post(PATH, json={"model": "m"})).read()
-    await logs.wait(1)
+    await logs.wait(2)
     after = samples(await (await client.get("/_sseproxy/metrics")).text())
     assert after[key] == 1, [k for k, v in after.items() if v and "requests" in k[0]]
 

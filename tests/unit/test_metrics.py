@@ -1,8 +1,10 @@
-"""Metrics without a server: the anomaly vocabulary matches the core, bounded series exist at
-zero, token kinds do not overlap, and impossible values are counted instead of raised."""
+"""Metrics without a server: the anomaly registry matches what the core counts, series appear
+when first used (the few that alerts need at zero before), token kinds do not overlap, nothing
+in metrics.py knows a dialect by name, and impossible values are counted instead of raised."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -10,9 +12,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, Usage, Verdict
+from sseproxy.core import dialects as registry
+from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
 from sseproxy.core.eventstream import Corruption
-from sseproxy.metrics import ANOMALIES, TOKEN_KINDS, Metrics, token_kinds
+from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
+from sseproxy.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 
 CORE = Path(__file__).resolve().parents[2] / "sseproxy" / "core"
@@ -37,7 +42,7 @@ def counted_in_core() -> set[str]:
                 assert key in DYNAMIC_KEYS, f"{path.name}: anomalies[{key}] not known to the test"
                 names.update(DYNAMIC_KEYS[key])
         names.update(re.findall(r'_go_blind\("([a-z0-9_]+)"\)', source))
-    return names
+    return names | {CONTENT_STALL, UPSTREAM_BUFFERED}  # pacing's, counted by the record
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -48,10 +53,11 @@ def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], fl
     return out
 
 
-def test_every_anomaly_the_core_counts_is_known() -> None:
+def test_every_anomaly_the_core_counts_is_in_the_registry_and_no_other() -> None:
     found = counted_in_core()
     assert len(found) > 25  # the scan itself works
-    assert found - set(ANOMALIES) == set()
+    assert found - ANOMALIES == set(), "counted in the core, missing in core/anomalies.py"
+    assert ANOMALIES - found == set(), "in core/anomalies.py, counted nowhere in the core"
 
 
 def test_every_anomaly_in_the_corpus_is_known() -> None:
@@ -64,29 +70,59 @@ def test_every_anomaly_in_the_corpus_is_known() -> None:
     assert seen - set(ANOMALIES) == set()
 
 
-def test_bounded_series_exist_at_zero_from_startup() -> None:
-    got = samples(Metrics(["gpt-x"], ["openai"], process=False))
-    rare = {
-        ("route", "openai"),
-        ("dialect", "anthropic-messages"),
-        ("state", "http_error"),
-        ("finish_category", "none"),
-        ("status_class", "5xx"),
-        ("model", "gpt-x"),
-    }
-    assert got[("sseproxy_requests_total", frozenset(rare))] == 0
-    for state in State:
-        assert any(
-            name == "sseproxy_requests_total" and ("state", str(state)) in labels
-            for name, labels in got
-        ), state
-    for name in ANOMALIES:
-        assert got[("sseproxy_anomalies_total", frozenset({("anomaly", name)}))] == 0
-    for kind in TOKEN_KINDS:
-        key = frozenset({("dialect", "gemini"), ("kind", kind)})
-        assert got[("sseproxy_tokens_total", key)] == 0
+def test_at_startup_only_the_alerts_series_exist_at_zero() -> None:
+    """Before any request: the impossible-values counters (an alert fires on their increase)
+    at zero, the build info, no request or anomaly series, no `_created` samples."""
+    metrics = Metrics(["gpt-x"], ["openai"], process=False)
+    got = samples(metrics)
+    for field in IMPOSSIBLE_FIELDS:
+        assert got[("sseproxy_impossible_values_total", frozenset({("field", field)}))] == 0
     build = [k for k in got if k[0] == "sseproxy_build_info"]
     assert len(build) == 1 and ("version", __import__("sseproxy").__version__) in build[0][1]
+    names = {name for name, _ in got}
+    assert not {n for n in names if n.startswith(("sseproxy_requests", "sseproxy_anomalies"))}
+    assert b"_created" not in metrics.exposition()
+
+
+def test_the_first_request_of_a_combination_creates_its_outcomes_at_zero() -> None:
+    """So that the alerts' failure shares see every failure after the first request of a
+    route, dialect and model: the first failure then counts from 0 to 1."""
+    metrics = Metrics(["gpt-x"], ["openai"], process=False)
+    fields = {"route": "openai", "model": "gpt-x", "ttft_ms": 120.0}
+    metrics.observe(verdict(dialect=Dialect.ANTHROPIC_MESSAGES), 200, fields)
+    got = samples(metrics)
+    combination = {("route", "openai"), ("dialect", "anthropic-messages"), ("model", "gpt-x")}
+    for state, category, status_class in OUTCOMES:
+        labels = {("state", str(state)), ("finish_category", str(category))}
+        key = frozenset({*combination, *labels, ("status_class", status_class)})
+        expected = 1 if (state, category) == (State.COMPLETED, FinishCategory.STOP) else 0
+        assert got[("sseproxy_requests_total", key)] == expected, key
+    for kind in TOKEN_KINDS:
+        assert got[("sseproxy_tokens_total", frozenset({*combination, ("kind", kind)}))] == 0
+    assert got[("sseproxy_ttft_seconds_count", frozenset(combination))] == 1
+    # nothing for combinations that saw no request
+    assert not [k for k in got if ("dialect", "gemini") in k[1]]
+
+
+def test_series_carry_route_dialect_and_model() -> None:
+    """Every per-request family can be filtered by the dashboard's variables."""
+    metrics = Metrics(["gpt-x"], ["openai"], process=False)
+    done = verdict(Usage(input_tokens=3, output_tokens=2)).replace(anomalies={"missing_done": 1})
+    fields = {"route": "openai", "model": "gpt-x", "output_tokens_per_s": 9.0}
+    metrics.observe(done, 200, {**fields, "ttfb_ms": 1, "duration_ms": 2, "max_gap_ms": 1})
+    families = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        families[family.name] = {k for s in family.samples for k in s.labels}
+    # not per request: the proxy's own health
+    unlabelled = {
+        "sseproxy_impossible_values",
+        "sseproxy_build_info",
+        "sseproxy_active_streams",
+        "sseproxy_sink_errors",
+    }
+    for name, labels in families.items():
+        if name.startswith("sseproxy_") and name not in unlabelled:
+            assert {"route", "dialect", "model"} <= labels, name
 
 
 def test_process_collectors_are_on_the_registry() -> None:
@@ -131,13 +167,53 @@ def verdict(usage: Usage | None = None, dialect: Dialect = Dialect.OPENAI_CHAT) 
     ],
 )
 def test_token_kinds_do_not_overlap(dialect: Dialect, usage: Usage, kinds: dict[str, int]) -> None:
-    assert token_kinds(str(dialect), usage) == kinds
+    assert token_kinds(usage, registry.spec_for(dialect).output_includes_reasoning) == kinds
     metrics = Metrics(process=False)
     metrics.observe(verdict(usage, dialect), 200, {})
     got = samples(metrics)
     for kind in TOKEN_KINDS:
-        key = ("sseproxy_tokens_total", frozenset({("dialect", str(dialect)), ("kind", kind)}))
+        labels = {("route", "none"), ("dialect", str(dialect)), ("model", "other")}
+        key = ("sseproxy_tokens_total", frozenset({*labels, ("kind", kind)}))
         assert got[key] == kinds.get(kind, 0)
+
+
+@pytest.mark.parametrize("includes", [True, False])
+def test_a_new_dialect_gets_its_metrics_from_its_spec(monkeypatch, includes: bool) -> None:
+    """A dialect metrics.py has never heard of: registered only as a DialectSpec, its series
+    appear with its name, and its spec alone says how its reasoning tokens count."""
+    spec = dataclasses.replace(
+        registry.spec_for(Dialect.OPENAI_CHAT),
+        dialect="acme-chat",  # type: ignore[arg-type]
+        output_includes_reasoning=includes,
+    )
+    monkeypatch.setitem(registry.BY_DIALECT, "acme-chat", spec)
+    metrics = Metrics(process=False)
+    usage = Usage(input_tokens=5, output_tokens=2, reasoning_tokens=7)
+    metrics.observe(verdict(usage).replace(dialect="acme-chat"), 200, {"ttft_ms": 30.0})
+    got = samples(metrics)
+    labels = {("route", "none"), ("dialect", "acme-chat"), ("model", "other")}
+    tokens = {
+        kind: got[("sseproxy_tokens_total", frozenset({*labels, ("kind", kind)}))]
+        for kind in TOKEN_KINDS
+    }
+    assert got[("sseproxy_ttft_seconds_count", frozenset(labels))] == 1
+    if includes:  # 7 reasoning tokens cannot be part of 2 output tokens
+        assert set(tokens.values()) == {0}
+        assert got[("sseproxy_impossible_values_total", frozenset({("field", "tokens")}))] == 1
+    else:
+        assert tokens == {
+            "input_uncached": 5,
+            "input_cached": 0,
+            "output_reasoning": 7,
+            "output_visible": 2,
+        }
+
+
+def test_metrics_names_no_dialect() -> None:
+    source = (CORE.parent / "metrics.py").read_text("utf-8")
+    assert "Dialect." not in source
+    named = [str(d) for d in Dialect if f'"{d}"' in source]
+    assert named == []
 
 
 @pytest.mark.parametrize(
@@ -174,11 +250,9 @@ def test_output_speed_histogram_by_dialect_and_model() -> None:
     metrics.observe(verdict(), 200, {"model": "gpt-x", "output_tokens_per_s": 42.5})
     metrics.observe(verdict(), 200, {"model": "gpt-x"})  # no usage: no figure, nothing counted
     got = samples(metrics)
-    labels = frozenset({("dialect", "openai-chat"), ("model", "gpt-x")})
+    labels = frozenset({("route", "none"), ("dialect", "openai-chat"), ("model", "gpt-x")})
     assert got[("sseproxy_output_tokens_per_second_count", labels)] == 1
     assert got[("sseproxy_output_tokens_per_second_sum", labels)] == 42.5
-    other = frozenset({("dialect", "gemini"), ("model", "other")})
-    assert got[("sseproxy_output_tokens_per_second_count", other)] == 0  # exists at zero
 
 
 @pytest.mark.parametrize("speed", [-1.0, float("nan"), float("inf"), 1e9])

@@ -40,7 +40,14 @@ from sseproxy.core import (
     Verdict,
 )
 from sseproxy.log import json_ready
-from sseproxy.metrics import MAX_TOKENS_PER_SECOND, Metrics, token_kinds
+from sseproxy.metrics import (
+    MAX_TOKENS_PER_SECOND,
+    NO_ROUTE_OUTCOMES,
+    OUTCOMES,
+    TOKEN_KINDS,
+    Metrics,
+    token_kinds,
+)
 from sseproxy.redact import SECRET_KEYS, Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell import state
@@ -159,54 +166,65 @@ def test_to_dict_keeps_usage_raw_out() -> None:
 
 
 class OldMetrics(Metrics):
-    """Metrics.observe before label children were bound once (reference, verbatim)."""
+    """Metrics.observe through `labels()` on every call, without the bound children
+    (reference: the same series and values, looked up the plain way)."""
 
     def observe(self, verdict: Verdict, status: int | None, fields: Mapping[str, Any]) -> None:
         dialect = str(verdict.dialect)
         status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
+        route = self.route_label(fields.get("route"))
+        model = self.model_label(fields.get("model"))
+        key = (route, dialect, model)
+        outcomes = OUTCOMES if route != "none" else NO_ROUTE_OUTCOMES
+        for outcome, category, zero_class in outcomes:
+            self.requests.labels(route, dialect, str(outcome), str(category), zero_class, model)
         self.requests.labels(
-            self.route_label(fields.get("route")),
+            route,
             dialect,
             str(verdict.state),
             str(verdict.finish_category or "none"),
             status_class,
-            self.model_label(fields.get("model")),
+            model,
         ).inc()
         for name, count in verdict.anomalies.items():
             if isinstance(count, int) and count > 0:
-                self.anomalies.labels(name).inc(count)
-        for histogram, key in (
+                self.anomalies.labels(*key, name).inc(count)
+        for histogram, field in (
             (self.ttfb, "ttfb_ms"),
             (self.ttft, "ttft_ms"),
             (self.duration, "duration_ms"),
             (self.max_gap, "max_gap_ms"),
         ):
-            value = fields.get(key)
+            histogram.labels(*key)
+            value = fields.get(field)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 if math.isfinite(value) and value >= 0:
-                    histogram.labels(dialect).observe(value / 1000)
+                    histogram.labels(*key).observe(value / 1000)
                 else:
-                    self.impossible.labels(key).inc()
+                    self.impossible.labels(field).inc()
+        self.output_speed.labels(*key)
         speed = fields.get("output_tokens_per_s")
         if isinstance(speed, int | float) and not isinstance(speed, bool):
             if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
-                model = self.model_label(fields.get("model"))
-                self.output_speed.labels(dialect, model).observe(speed)
+                self.output_speed.labels(*key).observe(speed)
             else:
                 self.impossible.labels("output_tokens_per_s").inc()
+        for kind in TOKEN_KINDS:
+            self.tokens.labels(*key, kind)
         if verdict.bytes >= 0:
-            self.upstream_bytes.labels(dialect).inc(verdict.bytes)
+            self.upstream_bytes.labels(*key).inc(verdict.bytes)
         else:
+            self.upstream_bytes.labels(*key)
             self.impossible.labels("bytes").inc()
         if verdict.usage is not None:
             try:
-                kinds = token_kinds(dialect, verdict.usage)
+                kinds = token_kinds(verdict.usage, dialect != "gemini")
             except ValueError:
                 self.impossible.labels("tokens").inc()
             else:
                 for kind, value in kinds.items():
                     if value:
-                        self.tokens.labels(dialect, kind).inc(value)
+                        self.tokens.labels(*key, kind).inc(value)
 
 
 latency = st.one_of(
@@ -271,9 +289,11 @@ def test_observe_counts_through_the_cached_children_every_time() -> None:
         'sseproxy_requests_total{dialect="openai-chat",finish_category="stop",model="m",'
         'route="r",state="completed",status_class="2xx"} 3.0'
     ) in text
-    assert 'sseproxy_anomalies_total{anomaly="x"} 6.0' in text
-    assert 'sseproxy_upstream_bytes_total{dialect="openai-chat"} 30.0' in text
-    assert 'sseproxy_ttfb_seconds_bucket{dialect="openai-chat",le="0.025"} 3.0' in text
+    labels = 'dialect="openai-chat",model="m",route="r"'
+    assert f'sseproxy_anomalies_total{{anomaly="x",{labels}}} 6.0' in text
+    assert f"sseproxy_upstream_bytes_total{{{labels}}} 30.0" in text
+    bucket = 'dialect="openai-chat",le="0.025",model="m",route="r"'  # labels sorted
+    assert f"sseproxy_ttfb_seconds_bucket{{{bucket}}} 3.0" in text
 
 
 # -- the request.finished log line -------------------------------------------------------------
@@ -490,7 +510,8 @@ def test_cached_label_children_stop_at_their_bound(monkeypatch: Any) -> None:
             metrics.observe(verdict, 200, {})
     assert len(metrics._children) == 3
     text = metrics.exposition().decode()
-    assert all(f'sseproxy_anomalies_total{{anomaly="{name}"}} 2.0' in text for name in names)
+    rest = 'dialect="sse",model="other",route="none"'
+    assert all(f'sseproxy_anomalies_total{{anomaly="{name}",{rest}}} 2.0' in text for name in names)
 
 
 def test_known_record_keys_stop_at_their_bound(monkeypatch: Any) -> None:

@@ -290,4 +290,5 @@ SPEC = DialectSpec(
     otel_operation="generate_content",
     otel_provider="gcp.gemini",
     primary_group=0,
+    output_includes_reasoning=False,  # candidatesTokenCount excludes thoughtsTokenCount
 )

@@ -62,7 +62,9 @@ class DialectSpec:
     `media_type` is what the mock serves it as; `otel_operation` and `otel_provider` are the
     GenAI semantic-convention values (None: not a GenAI operation); `primary_group` is the
     text group that is the visible answer (choice 0 / candidate 0), or None when all text is
-    one message.
+    one message. `output_includes_reasoning`: the usage's output count includes its reasoning
+    count (OpenAI's `completion_tokens` does); False when they are reported side by side
+    (Gemini's `candidatesTokenCount` beside `thoughtsTokenCount`).
     """
 
     dialect: Dialect
@@ -82,6 +84,7 @@ class DialectSpec:
     otel_operation: str | None = "chat"
     otel_provider: str | None = None
     primary_group: Hashable | None = None
+    output_includes_reasoning: bool = True
 
     def matches_path(self, path: str) -> bool:
         return (bool(self.path_suffixes) and path.endswith(self.path_suffixes)) or any(

@@ -1,0 +1,118 @@
+"""README's lists are the code's: every anomaly name the core can count (core/anomalies.py) and
+the shell's own, every `interruption.reason`, every top-level record field record.py builds.
+Each failure names what is missing where, so that a new name is documented when it is added."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from opentelemetry.trace import SpanContext
+
+from sseproxy.config import Route
+from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Usage, Verdict
+from sseproxy.core.anomalies import ANOMALIES
+from sseproxy.core.dialects import Dialect
+from sseproxy.core.inject import parse_rules
+from sseproxy.core.pacing import PacingSummary, Unmeasured
+from sseproxy.delivery import ClientDelivery
+from sseproxy.shell import record as records
+from sseproxy.shell import state
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+# Fields the log line adds around every record (log.py), not record.py's.
+LOG_FIELDS = {"timestamp", "level", "event"}
+
+
+def section(heading: str) -> str:
+    """README's text under `heading` up to the next heading of any level."""
+    text = README.read_text("utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = re.compile(r"\n#{2,4} ").search(text, start + len(heading) + 2)
+    return text[start : end.start() if end else len(text)]
+
+
+def first_column(heading: str) -> set[str]:
+    """Every `name` in the first column of the table in README's section `heading`."""
+    names: set[str] = set()
+    rows = [line for line in section(heading).splitlines() if line.startswith("|")]
+    for line in rows[2:]:  # after the header and its separator
+        names.update(re.findall(r"`([a-z_][a-z0-9_.]*)`", line.split("|")[1]))
+    assert names, f"no table in README's {heading!r}"  # the parse itself works
+    return names
+
+
+def compare(code: set[str], readme: set[str], what: str, where: str) -> None:
+    missing, unknown = sorted(code - readme), sorted(readme - code)
+    assert not missing, f"{what} missing in README's {where}: {', '.join(missing)}"
+    assert not unknown, f"{what} in README's {where} that the code never writes: {unknown}"
+
+
+class Span:
+    """What record.py reads of an OpenTelemetry span."""
+
+    def get_span_context(self) -> SpanContext:
+        return SpanContext(trace_id=1, span_id=2, is_remote=False)
+
+
+def every_field_record() -> set[str]:
+    """The top-level fields of records that take every optional branch of record.build, and
+    of the fallback record."""
+    route = Route("r", ("/v1/*",), "https://up.example", None)  # type: ignore[arg-type]
+    verdict = Verdict(
+        Dialect.OPENAI_CHAT,
+        State.INTERRUPTED,
+        interruption=Interruption(EndReason.CLIENT_DISCONNECTED, 0),
+        error=ErrorInfo("t", "c", "m"),
+        usage=Usage(1, 2, 3),
+    )
+    pacing = PacingSummary(1.0, 2.0, 3.0, None, Unmeasured.NO_USAGE, False, False)
+    fields: set[str] = set()
+    for method in ("POST", "HEAD"):
+        facts = state.RequestFacts(
+            "id", method, "/v1/x", 1.0, 0.0, route=route, inject_rules=parse_rules("cut-after=3")
+        )
+        progress = state.Progress(state.Timings(0.0), status=200)
+        request = make_mocked_request(method, "/v1/x")
+        progress.delivery = ClientDelivery(request, web.StreamResponse())
+        progress.end = EndReason.CLIENT_DISCONNECTED
+        progress.span = Span()  # type: ignore[assignment]
+        fields |= set(records.build(facts, progress, verdict, pacing))
+        fields |= set(records.fallback(facts, progress, ValueError("x")))
+    return fields
+
+
+def test_every_anomaly_is_in_the_readme() -> None:
+    compare(
+        set(ANOMALIES) | {records.RECORD_ERROR},
+        first_column("### Anomalies"),
+        "anomaly names",
+        "### Anomalies table (core/anomalies.py, shell/record.py)",
+    )
+
+
+def test_every_interruption_reason_is_in_the_readme() -> None:
+    compare(
+        {str(r) for r in EndReason} | {records.PROXY_ERROR},
+        first_column("### Interruptions"),
+        "interruption.reason values",
+        "### Interruptions table (core EndReason, shell/record.py)",
+    )
+
+
+def test_every_record_field_is_in_the_readme() -> None:
+    built = every_field_record()
+    assert {"injected", "trace_id", "no_body_expected", "events_delivered"} <= built  # all taken
+    readme = {name.split(".")[0] for name in first_column("### Fields")}
+    compare(built | LOG_FIELDS, readme, "record fields", "### Fields table (shell/record.py)")
+
+
+def test_a_missing_name_is_named_with_its_table() -> None:
+    try:
+        compare({"a", "b"}, {"a"}, "record fields", "### Fields table")
+    except AssertionError as exc:
+        assert str(exc).startswith("record fields missing in README's ### Fields table: b")
+    else:
+        raise AssertionError("compare let a missing name through")
