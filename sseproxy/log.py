@@ -133,11 +133,11 @@ def json_rendered(record: Any) -> tuple[Any, bytes | None]:
 # What `str.splitlines()` (and JavaScript's line terminators) split on that orjson writes raw:
 # U+0085, U+2028, U+2029. The ASCII ones (LF, CR, VT, FF, FS, GS, RS) are below U+0020,
 # which JSON escapes already. In UTF-8 each of these byte runs is that character and nothing
-# else, so replacing them never touches another character.
+# else, so replacing them never touches another character. Each is looked for only after its
+# lead byte (one memchr), which most non-ASCII text never holds.
 _RAW_BREAKS = (
-    (b"\xc2\x85", b"\\u0085"),
-    (b"\xe2\x80\xa8", b"\\u2028"),
-    (b"\xe2\x80\xa9", b"\\u2029"),
+    (b"\xc2", ((b"\xc2\x85", b"\\u0085"),)),
+    (b"\xe2", ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))),
 )
 
 
@@ -147,9 +147,11 @@ def one_line(data: bytes) -> bytes:
     it is after one scan."""
     if data.isascii():
         return data
-    for raw, escaped in _RAW_BREAKS:
-        if raw in data:
-            data = data.replace(raw, escaped)
+    for lead, breaks in _RAW_BREAKS:
+        if lead in data:
+            for raw, escaped in breaks:
+                if raw in data:
+                    data = data.replace(raw, escaped)
     return data
 
 
