@@ -13,14 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load
+from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
 
 COMMANDS = ("serve", "replay", "mock", "demo")
+# Named in `sseproxy --help`, which is serve's: what else the command line does.
+OTHER_COMMANDS = (
+    ("replay", "feed a saved response body through the core"),
+    ("mock", "serve recorded streams as a fake upstream"),
+    ("demo", "see sseproxy work on bundled streams, offline"),
+)
 DEFAULTS = Settings()
 SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
 DIALECTS = tuple(d.value for d in Dialect)
 DEMO_LOG_FORMAT = "console"
+# A process whose reader went away ends as if SIGPIPE had ended it: the shells' 128 + 13.
+EXIT_BROKEN_PIPE = 141
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +115,14 @@ def shown(value: Any) -> str:
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
+        prog="sseproxy [serve]",
         help="run the proxy (the default command)",
-        description="Run the proxy. Settings: bundled defaults < --config FILE < "
-        "SSEPROXY_* environment < these flags.",
+        description="A diagnostic reverse proxy for LLM streaming APIs. Run the proxy: "
+        "`serve` is the default command. Settings: bundled defaults < --config FILE < "
+        f"{ENV_PREFIX}* environment < these flags.",
+        epilog="Other commands: "
+        + "; ".join(f"sseproxy {name} ({text})" for name, text in OTHER_COMMANDS)
+        + ". `sseproxy COMMAND --help` describes each.",
     )
     p.add_argument(
         "--config",
@@ -135,7 +148,7 @@ def _serve_parser(sub: Any) -> None:
 
 
 def _replay_parser(sub: Any) -> None:
-    p = sub.add_parser("replay", help="feed a saved response body through the core")
+    p = sub.add_parser("replay", help=dict(OTHER_COMMANDS)["replay"])
     p.add_argument("file", help="a response body, byte for byte, or a capture's .json sidecar")
     p.add_argument(
         "--dialect",
@@ -167,7 +180,7 @@ def _replay_parser(sub: Any) -> None:
 def _mock_parser(sub: Any) -> None:
     from .mock import DEFAULT_LISTEN, DEFAULT_SPEED, samples_dir
 
-    p = sub.add_parser("mock", help="serve recorded streams as a fake upstream")
+    p = sub.add_parser("mock", help=dict(OTHER_COMMANDS)["mock"])
     p.add_argument(
         "paths",
         nargs="*",
@@ -209,7 +222,7 @@ def _mock_parser(sub: Any) -> None:
 
 
 def _demo_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="see sseproxy work on bundled streams, offline")
+    p = sub.add_parser("demo", help=dict(OTHER_COMMANDS)["demo"])
     p.add_argument(
         "--log-format",
         choices=("console", "json"),
@@ -233,11 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Whichever prints, a reader that goes away (`| head`) ends it quietly
+    with EXIT_BROKEN_PIPE, as SIGPIPE would end a C program: no traceback."""
+    try:
+        try:
+            return _command(argv)
+        finally:  # also on SystemExit (--help): flushed here, not at exit, where it is loud
+            sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def quiet_stdout() -> None:
+    """stdout pointed at the null device: Python's flush at exit finds no broken pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or (
-        args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help", "--version")
-    ):
-        args_list.insert(0, "serve")
+    if not args_list or args_list[0] not in (*COMMANDS, "--version"):
+        args_list.insert(0, "serve")  # so `sseproxy --help` is serve's help, flags and all
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command == "replay":
@@ -320,6 +351,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import run
 
     overrides = {flag.setting: getattr(args, flag.setting) for flag in SERVE_FLAGS}
+    for warning in unknown_env(os.environ):
+        print(f"sseproxy: config: warning: {warning}", file=sys.stderr)
     try:
         settings = load(args.config, os.environ, overrides)
     except ConfigError as exc:

@@ -265,6 +265,24 @@ def _layers(
     return values, origins
 
 
+# SSEPROXY_* variables that are not settings: the config file, and the test suite's knobs.
+OTHER_ENV_NAMES = ("CONFIG", "CORPUS", "FUZZ_SEED", "FUZZ_CASES")
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """One warning per SSEPROXY_* variable (in any case) that sseproxy does not read, naming
+    the closest it does. A warning, not an error as a config-file typo is: the environment
+    is shared with everything else the shell runs."""
+    known = [ENV_PREFIX + name.upper() for name in (*SCALAR_FIELDS, *OTHER_ENV_NAMES)]
+    warnings = []
+    for name in sorted(environ):
+        if name.upper().startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name.upper(), known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            warnings.append(f"{name} is not a setting{hint}: ignored")
+    return warnings
+
+
 def flag_name(setting: str) -> str:
     """The `serve` flag that sets `setting`."""
     return "--" + FLAG_NAMES.get(setting, setting.replace("_", "-"))

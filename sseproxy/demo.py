@@ -5,7 +5,6 @@ concluded: sseproxy at work without an API key or a network."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -94,13 +93,15 @@ class Output:
 
 
 def main(log_format: str) -> int:
-    """The `sseproxy demo` command: exit 0, quietly, even when the reader went away."""
+    """The `sseproxy demo` command; when the reader went away, quietly EXIT_BROKEN_PIPE, as
+    every command that prints."""
+    from .cli import EXIT_BROKEN_PIPE, quiet_stdout
+
     output = Output(sys.stdout)
     code = asyncio.run(run(log_format, output))
     if output.closed:
-        # Python flushes stdout again at exit; point it at /dev/null so that is quiet too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        quiet_stdout()  # Python flushes stdout again at exit: that is quiet too
+        return EXIT_BROKEN_PIPE
     return code
 
 

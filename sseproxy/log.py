@@ -130,15 +130,42 @@ def json_rendered(record: Any) -> tuple[Any, bytes | None]:
         return json_safe(record), None
 
 
+# What `str.splitlines()` (and JavaScript's line terminators) split on that orjson writes raw:
+# U+0085, U+2028, U+2029. The ASCII ones (LF, CR, VT, FF, FS, GS, RS) are below U+0020,
+# which JSON escapes already. In UTF-8 each of these byte runs is that character and nothing
+# else, so replacing them never touches another character. Each is looked for only after its
+# lead byte (one memchr), which most non-ASCII text never holds.
+_RAW_BREAKS = (
+    (b"\xc2", ((b"\xc2\x85", b"\\u0085"),)),
+    (b"\xe2", ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))),
+)
+
+
+def one_line(data: bytes) -> bytes:
+    """orjson's `data` with the line breaks JSON allows raw in a string escaped, so that any
+    consumer's line splitting keeps a record whole. An ASCII line (the usual) is returned as
+    it is after one scan."""
+    if data.isascii():
+        return data
+    for lead, breaks in _RAW_BREAKS:
+        if lead in data:
+            for raw, escaped in breaks:
+                if raw in data:
+                    data = data.replace(raw, escaped)
+    return data
+
+
 def dumps(obj: Any, **_: Any) -> str:
-    """JSON for any record: never raises. The fast path is orjson as is; a record it refuses
-    (a lone surrogate, an integer beyond 64 bits, nesting too deep) is rebuilt value by value."""
+    """JSON for any record, on one line whoever splits it: never raises. The fast path is
+    orjson as is; a record it refuses (a lone surrogate, an integer beyond 64 bits, nesting
+    too deep) is rebuilt value by value."""
     try:
-        return orjson.dumps(obj, default=_default, option=_JSON_OPTIONS).decode()
+        return one_line(orjson.dumps(obj, default=_default, option=_JSON_OPTIONS)).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         pass
     try:
-        return orjson.dumps(json_safe(obj), default=_default, option=_JSON_OPTIONS).decode()
+        safe = orjson.dumps(json_safe(obj), default=_default, option=_JSON_OPTIONS)
+        return one_line(safe).decode()
     except Exception as exc:  # last resort: the record's identity, and why the rest is missing
         head = {k: _default(obj[k]) for k in ("timestamp", "level", "event") if k in obj}
         head["log_error"] = _default(repr(exc))
@@ -239,6 +266,7 @@ class ConsoleRenderer:
         error = e.get("error") or {}
         parts = [
             f"{_safe(e.get('state')):<11}",
+            *(["[drill]"] if e.get("injected") else []),  # a drill's cut is not a real one
             _safe(e.get("dialect") or "-"),
             _safe(e.get("model") or e.get("response_model") or "-"),
             str(e.get("status") or "-"),
@@ -325,7 +353,7 @@ def request_finished(record: Mapping[str, Any], level: int, rendered: bytes | No
     if rendered is not None and rendered.startswith(b"{") and rendered != b"{}":
         # the bytes `dumps` would write for the whole line: the same dict, rendered in two parts
         head = orjson.dumps(line, option=_JSON_OPTIONS)
-        direct.logger.msg((head[:-1] + b"," + rendered[1:]).decode())
+        direct.logger.msg(one_line(head[:-1] + b"," + rendered[1:]).decode())
         return
     line.update(record)
     direct.logger.msg(dumps(line))

@@ -36,6 +36,8 @@ from .core.inject import (
     Write,
     parse_rules,
 )
+from .core.request import parse_body
+from .mock_document import document
 
 MOCK_HEADER = "x-sseproxy-mock"
 DEFAULT_LISTEN = "127.0.0.1:8791"
@@ -205,7 +207,7 @@ class MockServer:
         return recording
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
+        asked = parse_body(await request.read())
         recording = self.choose(request)
         if recording is None:
             return _json(
@@ -217,6 +219,8 @@ class MockServer:
                     }
                 },
             )
+        if isinstance(asked, dict) and asked.get("stream") is False and recording.status == 200:
+            return await self.send_document(request, recording, asked.get("model"))
         try:
             rules = self.inject + self._header_rules(request)
         except InjectionError as exc:
@@ -240,6 +244,25 @@ class MockServer:
             )
             if isinstance(exc, asyncio.CancelledError):
                 raise
+        return response
+
+    async def send_document(
+        self, request: web.Request, recording: Recording, model: Any
+    ) -> web.StreamResponse:
+        """`stream: false`: the recording as its dialect's one JSON document (drills, which
+        act on events, do not apply)."""
+        data = b"".join(chunk for chunk, _ in recording.chunks)
+        doc = document(data, recording.dialect, model if isinstance(model, str) else None)
+        if doc is None:
+            message = f"no non-streaming form of {recording.dialect} recordings; stream it"
+            return _json(400, {"error": {"type": "sseproxy_mock_no_document", "message": message}})
+        if not doc.cut:
+            return web.Response(status=doc.status, body=doc.body, content_type="application/json")
+        response = web.StreamResponse(status=doc.status)
+        response.content_type = "application/json"
+        await response.prepare(request)
+        await response.write(doc.body)
+        _cut(request, reset=recording.end == EndReason.UPSTREAM_RESET)
         return response
 
     def _header_rules(self, request: web.Request) -> tuple[Rule, ...]:

@@ -51,6 +51,27 @@ SECRET_KEYS = frozenset(
         "password",
     }
 )
+# Query parameters whose values are credentials besides those: signed URLs' (S3, GCS, Azure
+# SAS `sig`), OAuth's and plain passwords. Not in SECRET_KEYS: a record's `signature` (a
+# thinking block's) is not a secret.
+QUERY_SECRET_KEYS = SECRET_KEYS | {
+    "secret",
+    "signature",
+    "sig",
+    "passwd",
+    "pwd",
+    "refresh_token",
+    "id_token",
+    "session",
+    "sessionid",
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-credential",
+    "x-goog-signature",
+    "x-goog-credential",
+}
+# ...and any parameter whose last word says so (`private_key`, `X-Ms-Token`, `app.secret`).
+SECRET_PARAM_WORD = re.compile(r"[_.-](?:key|token|secret|signature|password|passwd)$")
 # Any other header whose name says it holds a credential.
 SENSITIVE_NAME = re.compile(r"auth|key|token|secret|cookie|session|password", re.IGNORECASE)
 
@@ -333,9 +354,14 @@ MAX_HEADER_NAMES = 1024
 _PARAM_LEADS = ("?", "&", ";", "%")
 # Each credential name ends with one of these: a target without `%` (nothing encoded) and
 # without any of them followed by `=` has no credential parameter.
-_PARAM_TAILS = tuple(f"{tail}=" for tail in ("key", "token", "cookie", "authorization", "secret"))
-_PARAM_TAILS += ("password=",)
-assert all(any(key.endswith(tail[:-1]) for tail in _PARAM_TAILS) for key in SECRET_KEYS)
+_PARAM_TAILS = tuple(
+    f"{tail}="
+    for tail in (
+        *("key", "token", "cookie", "authorization", "secret", "password", "passwd", "pwd"),
+        *("signature", "sig", "session", "sessionid", "credential"),
+    )
+)
+assert all(any(key.endswith(tail[:-1]) for tail in _PARAM_TAILS) for key in QUERY_SECRET_KEYS)
 
 
 def _header_secrets(headers: Mapping[str, str], found: set[str]) -> None:
@@ -372,7 +398,8 @@ def _secret_name(name: str) -> bool:
     """A target parameter's name, decoded as often as it was encoded, names a credential."""
     if "%" in name or "+" in name:
         name = _decoded(name)
-    return name.lower() in SECRET_KEYS
+    name = name.lower()
+    return name in QUERY_SECRET_KEYS or SECRET_PARAM_WORD.search(name) is not None
 
 
 def _header_values(name: str, value: str, found: set[str]) -> None:

@@ -21,6 +21,7 @@ from .core import (
     with_transport,
 )
 from .core.tap import Framing
+from .log import one_line
 
 EXIT_COMPLETED = 0
 EXIT_NOT_COMPLETED = 1
@@ -93,7 +94,7 @@ def replay(
                 if not isinstance(frame, SSEEvent):
                     continue  # a comment
                 record = {"type": frame.type, "data": frame.data, "id": frame.id}
-                lines.append(orjson.dumps(record))
+                lines.append(one_line(orjson.dumps(record)))  # one line per event, always
     verdict = with_transport(tap.close(end, http_complete=http_complete), status, end)
     if events is not None and tap.framing is Framing.SSE:
         for line in lines:

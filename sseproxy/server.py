@@ -26,7 +26,7 @@ from aiohttp.typedefs import Middleware
 
 from . import __version__, admin, log
 from .config import Settings
-from .shell.app import STATE, create_app, is_loopback
+from .shell.app import OWN_PREFIX, STATE, create_app, is_loopback
 
 logger = structlog.get_logger("sseproxy")
 
@@ -152,6 +152,14 @@ class Runner(web.AppRunner):
             await super().shutdown()
 
 
+def own_urls(host: str, port: int) -> dict[str, str]:
+    """Where the inspector, metrics and healthz answer, for the startup line. A wildcard
+    listen address is reached on loopback (the one address whose Host needs no token)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}{OWN_PREFIX}"
+    return {"inspector": base, "metrics": base + "metrics", "healthz": base + "healthz"}
+
+
 def run(settings: Settings) -> int:
     log.configure(settings.log_format, settings.log_level)
     loop_name, loop_factory = choose_loop(settings.event_loop)
@@ -183,19 +191,20 @@ async def serve(settings: Settings, loop_name: str) -> int:
         await runner.cleanup()
         return EXIT_CANNOT_LISTEN
     tune_gc()
-    announce(settings, loop_name, backlog)
+    announce(settings, loop_name, backlog, runner.addresses[0][1])
     await signals.first.wait()
     await stop(runner, site, inflight, signals, settings.shutdown_grace)
     return 0
 
 
-def announce(settings: Settings, loop_name: str, backlog: int) -> None:
+def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> None:
     """`proxy.started`, then a warning for each setting an operator would otherwise find
     out about from a refused request."""
     logger.info(
         "proxy.started",
         version=__version__,
         listen=settings.listen,
+        **own_urls(settings.host, port),
         event_loop=loop_name,
         backlog=backlog,
         upstream=settings.public_upstream,

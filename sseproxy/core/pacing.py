@@ -84,9 +84,9 @@ class PacingSummary:
         return tuple(found)
 
     def fields(self) -> dict[str, float | str | None]:
-        """The record fields (the anomalies go into the record's anomaly counts instead)."""
+        """The record fields (the anomalies go into the record's anomaly counts instead). Not
+        `time_to_first_content_ms`: the record's `ttft_ms` is that, read from the same clock."""
         return {
-            "time_to_first_content_ms": self.time_to_first_content_ms,
             "content_burst_ms": self.content_burst_ms,
             "output_tokens_per_s": self.output_tokens_per_s,
             "output_tokens_per_s_unmeasured": (

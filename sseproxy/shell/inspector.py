@@ -21,6 +21,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..admin import NO_FRAMING
+
 # Recent streams kept for the page; older ones drop out of the ring.
 RING_SIZE = 200
 # Timeline points kept per stream (arrival time, bytes, content?); enough to draw any stream,
@@ -237,7 +239,7 @@ class Inspector:
             body=html,
             content_type="text/html",
             charset="utf-8",
-            headers={"Cache-Control": "no-store"},
+            headers={"Cache-Control": "no-store", **NO_FRAMING},
         )
 
     async def feed(self, request: web.Request) -> web.StreamResponse:
@@ -257,6 +259,7 @@ class Inspector:
                 "Content-Type": "text/event-stream",
                 "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no",
+                **NO_FRAMING,
             }
         )
         viewer = Viewer()

@@ -114,7 +114,9 @@ class Timings:
         self.last_chunk = now
         if content_deltas:
             if self.first_content is None:
-                self.first_content = now
+                # time to first content (`ttft_ms`) is the upstream's, as the pacing's clock:
+                # when the chunk arrived, not when the client took it
+                self.first_content = arrived
             elif self.last_content is not None:
                 self.max_content_gap = max(self.max_content_gap, now - self.last_content)
             self.last_content = now

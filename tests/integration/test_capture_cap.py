@@ -9,10 +9,9 @@ import io
 import json
 from pathlib import Path
 
-from sseproxy.proxy import STATE
-
 from sseproxy.capture import Capture, CaptureSettings, load_capture
 from sseproxy.replay import EXIT_PARTIAL, ReplayOptions, replay
+from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
 

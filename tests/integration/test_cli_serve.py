@@ -190,3 +190,30 @@ def test_graceful_shutdown_finishes_quick_streams_and_cuts_slow_ones(tmp_path) -
     assert isinstance(bodies["quick"], bytes) and bodies["quick"].endswith(b"data: [DONE]\n\n")
     events = [json.loads(line)["event"] for line in out.splitlines()]
     assert events.index("proxy.stopping") < events.index("proxy.stopped")
+
+
+def test_proxy_started_gives_the_urls_of_the_inspector_metrics_and_healthz() -> None:
+    port = free_port()
+    env = {**os.environ, "SSEPROXY_LISTEN": f"127.0.0.1:{port}", "SSEPROXY_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sseproxy"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())
+        base = f"http://127.0.0.1:{port}/_sseproxy/"
+        assert started["listen"] == f"127.0.0.1:{port}"
+        assert (started["inspector"], started["metrics"], started["healthz"]) == (
+            base,
+            base + "metrics",
+            base + "healthz",
+        )
+        with urllib.request.urlopen(started["inspector"], timeout=5) as resp:
+            assert resp.headers["Content-Type"].startswith("text/html")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

@@ -10,9 +10,9 @@ import gzip
 from collections.abc import AsyncIterator
 
 import pytest
-from sseproxy.proxy import create_app
 
 from sseproxy.config import load
+from sseproxy.shell.app import create_app
 from tests.integration.raw_upstream import Body, Pause, RawScript, RawUpstream
 from tests.streams import chat_chunk, sse
 from tests.unit.test_transport_truth import CHAT

@@ -117,6 +117,35 @@ async def test_feed_viewers_are_capped(make_proxy) -> None:
     feeds[1].close()
 
 
+async def test_pages_on_other_sites_cannot_take_the_feed_slots(make_proxy) -> None:
+    """What a page elsewhere can make a browser send (an iframe's, fetch's or EventSource's
+    request on `localhost`) is refused before it holds a slot; the real page still gets one."""
+    client = await make_proxy()
+    inspector = client.app[STATE].inspector
+    inspector.max_viewers = 1
+    for headers in (
+        {"Host": "localhost:8790", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "iframe"},
+        {"Host": "127.0.0.1:8790", "Origin": "https://evil.example"},
+    ):
+        refused = await client.get("/_sseproxy/events", headers=headers)
+        assert refused.status == 403
+        assert (await refused.json())["error"]["type"] == "sseproxy_cross_site"
+    assert len(inspector.subscribers) == 0
+    own = await client.get("/_sseproxy/events", headers={"Sec-Fetch-Site": "same-origin"})
+    assert own.status == 200
+    own.close()
+
+
+@pytest.mark.parametrize("path", ["/_sseproxy/", "/_sseproxy/events"])
+async def test_the_inspector_cannot_be_framed(make_proxy, path: str) -> None:
+    client = await make_proxy()
+    resp = await client.get(path)
+    assert resp.status == 200
+    assert resp.headers["X-Frame-Options"] == "DENY"
+    assert resp.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+    resp.close()
+
+
 def test_rows_carry_the_output_speed() -> None:
     inspector = Inspector()
     inspector.started(view("a"))

@@ -339,7 +339,7 @@ def test_startup_says_when_the_admin_endpoints_need_a_token_that_is_not_set(
     stream = io.StringIO()
     log.configure(log_format, "info", stream, cache=False)
     settings = load(None, {}, {"listen": listen, "allow_remote": True, "admin_token": token})
-    announce(settings, "asyncio", 128)
+    announce(settings, "asyncio", 128, 8790)
     lines = stream.getvalue().splitlines()
     assert "proxy.started" in lines[0]
     warnings = [line for line in lines if "proxy.admin_token_missing" in line]

@@ -3,6 +3,7 @@ refused at startup, a client leaving early logged as one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import socket
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from sseproxy import cli
+from sseproxy.core import Dialect
 from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings, samples_dir
 from tests.corpus import corpus_dir
 from tests.streams import chat_chunk as chat
@@ -133,3 +135,130 @@ def test_mock_without_paths_serves_the_samples_and_logs_a_client_leaving_as_one_
     while not lines.empty():
         rest.append(lines.get())
     assert not any("Traceback" in line or "Error handling request" in line for line in rest), rest
+
+
+# -- `stream: false`: the dialect's one JSON document, read by the official SDKs --------------
+
+CORPUS_STREAMS = {
+    "chat": "openai-chat/parallel-tool-calls",
+    "responses": "openai-responses/text-basic",
+    "anthropic": "anthropic-messages/text-basic-pings",
+}
+
+
+async def documents_mock(aiohttp_client: Any) -> str:
+    """The mock on the samples and the corpus; its base URL for an SDK."""
+    mock = MockServer(load_recordings([samples_dir(), corpus_dir()]), speed=0)
+    client = await aiohttp_client(mock.app())
+    return str(client.make_url("/v1"))
+
+
+def pinned(name: str) -> dict[str, dict[str, str]]:
+    return {"extra_headers": {MOCK_HEADER: name}}
+
+
+async def test_stream_false_gets_chat_completions_one_document(aiohttp_client: Any) -> None:
+    openai = pytest.importorskip("openai")
+    base = await documents_mock(aiohttp_client)
+    async with openai.AsyncOpenAI(base_url=base, api_key="k") as sdk:
+        completion = await sdk.chat.completions.create(
+            model="m", messages=[], stream=False, **pinned("openai-chat/completed")
+        )
+        calls = await sdk.chat.completions.create(
+            model="m", messages=[], stream=False, **pinned(CORPUS_STREAMS["chat"])
+        )
+    assert completion.object == "chat.completion"
+    choice = completion.choices[0]
+    assert (choice.message.content, choice.finish_reason) == (
+        "Paris is the capital of France.",
+        "stop",
+    )
+    assert completion.usage is not None and completion.usage.prompt_tokens == 12
+    tool_calls = calls.choices[0].message.tool_calls
+    assert tool_calls is not None and len(tool_calls) == 2
+    assert json.loads(tool_calls[0].function.arguments)["city"] == "Edinburgh"
+
+
+async def test_stream_false_gets_the_responses_and_messages_documents(aiohttp_client: Any) -> None:
+    openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
+    base = await documents_mock(aiohttp_client)
+    async with openai.AsyncOpenAI(base_url=base, api_key="k") as sdk:
+        response = await sdk.responses.create(
+            model="m", input="hi", stream=False, **pinned(CORPUS_STREAMS["responses"])
+        )
+    assert response.status == "completed" and response.output_text
+    async with anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key="k") as sdk:
+        message = await sdk.messages.create(
+            model="m",
+            max_tokens=9,
+            messages=[],
+            stream=False,
+            **pinned(CORPUS_STREAMS["anthropic"]),
+        )
+    assert (message.content[0].text, message.stop_reason) == ("4200 + 42 = 4242", "end_turn")
+
+
+async def test_stream_false_keeps_how_the_recording_went_wrong(aiohttp_client: Any) -> None:
+    """An in-band failure is the dialect's HTTP error; a cut stream is a cut document."""
+    anthropic = pytest.importorskip("anthropic")
+    openai = pytest.importorskip("openai")
+    base = await documents_mock(aiohttp_client)
+    async with anthropic.AsyncAnthropic(
+        base_url=base.removesuffix("/v1"), api_key="k", max_retries=0
+    ) as sdk:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            await sdk.messages.create(
+                model="m",
+                max_tokens=9,
+                messages=[],
+                stream=False,
+                **pinned("anthropic-messages/overloaded-after-200"),
+            )
+    assert failed.value.status_code == 529
+    assert failed.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    async with openai.AsyncOpenAI(base_url=base, api_key="k", max_retries=0) as sdk:
+        with pytest.raises(openai.APIConnectionError):
+            await sdk.chat.completions.create(
+                model="m", messages=[], stream=False, **pinned("openai-chat/cut-mid-sentence")
+            )
+
+
+async def test_stream_true_or_unsaid_is_still_the_stream(aiohttp_client: Any) -> None:
+    mock = MockServer(load_recordings([samples_dir()]), speed=0)
+    client = await aiohttp_client(mock.app())
+    sample = (samples_dir() / "openai-chat" / "completed.sse").read_bytes()
+    headers = {MOCK_HEADER: "openai-chat/completed"}
+    for body in ({"stream": True}, {}):
+        resp = await client.post("/v1/chat/completions", json=body, headers=headers)
+        assert await resp.read() == sample
+
+
+async def test_stream_false_for_a_dialect_without_a_document_says_so(
+    aiohttp_client: Any,
+) -> None:
+    mock = MockServer(load_recordings([corpus_dir()]), speed=0)
+    client = await aiohttp_client(mock.app())
+    resp = await client.post(
+        "/v1/x", json={"stream": False}, headers={MOCK_HEADER: "gemini/max-tokens"}
+    )
+    assert resp.status == 400
+    assert (await resp.json())["error"]["type"] == "sseproxy_mock_no_document"
+
+
+async def test_stream_false_gets_ollama_s_one_document(aiohttp_client: Any, tmp_path: Path) -> None:
+    """Ollama streams unless told `stream: false`; then one object, `done` true."""
+    lines = [
+        {"model": "llama3", "message": {"role": "assistant", "content": "Hi "}, "done": False},
+        {"model": "llama3", "message": {"role": "assistant", "content": "there"}, "done": False},
+        {"model": "llama3", "message": {"role": "assistant", "content": ""}, "done": True}
+        | {"done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2},
+    ]
+    (tmp_path / "chat.ndjson").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    mock = MockServer(load_recordings([tmp_path], Dialect.OLLAMA), speed=0)
+    client = await aiohttp_client(mock.app())
+    resp = await client.post("/api/chat", json={"model": "llama3", "stream": False})
+    assert resp.status == 200 and resp.content_type == "application/json"
+    doc = await resp.json()
+    assert doc["message"] == {"role": "assistant", "content": "Hi there"}
+    assert (doc["done"], doc["done_reason"], doc["eval_count"]) == (True, "stop", 2)

@@ -176,6 +176,32 @@ async def test_a_query_smuggled_into_the_path_is_redacted(
     assert "SMUGGLED-SECRET-1" not in written and "QUERY-SECRET-22" not in written
 
 
+async def test_query_values_named_like_secrets_are_redacted_in_the_record_inspector_and_capture(
+    upstream, make_proxy, logs, tmp_path: Path
+) -> None:
+    """A presigned URL's signature, a `?secret=`: kept out of all the proxy writes."""
+    fake, _ = upstream
+    fake.script("*", Script([Send(b"{}")], headers={"Content-Type": "application/json"}))
+    client = await make_proxy(capture_dir=str(tmp_path))
+    targets = {
+        "/v1/x?secret=QUERY-SECRET-31": "/v1/x?secret=[redacted]",
+        "/v1/x?X-Amz-Signature=QUERY-SECRET-32&a=1": "/v1/x?X-Amz-Signature=[redacted]&a=1",
+        "/v1/x?sp=r&sig=QUERY-SECRET-33": "/v1/x?sp=r&sig=[redacted]",
+    }
+    ids = []
+    for target in targets:
+        resp = await client.get(target)
+        await resp.read()
+        ids.append(resp.headers["x-sseproxy-request-id"])
+    await logs.wait(3)
+    assert [r["path"] for r in logs.records()] == list(targets.values())
+    views = [await (await client.get(f"/_sseproxy/streams/{i}")).text() for i in ids]
+    assert [json.loads(v)["path"] for v in views] == list(targets.values())
+    await client.app[STATE].captures.drain()
+    written = logs.stream.getvalue() + "".join(p.read_text() for p in tmp_path.glob("*.json"))
+    assert all(f"QUERY-SECRET-3{n}" not in written + "".join(views) for n in (1, 2, 3))
+
+
 # -- values JSON cannot carry (issue 11.7): the record is written, the response ends well -------
 
 

@@ -38,7 +38,6 @@ def status(req, settings) -> int | None:
         "127.0.0.2",
         "localhost:8790",
         "LOCALHOST.",
-        "app.localhost:8790",
         "[::1]:8790",
         "[::ffff:127.0.0.1]:8790",
     ],
@@ -54,6 +53,8 @@ def test_loopback_hosts_are_answered_on_loopback(host: str) -> None:
         "evil.example",
         "127.0.0.1.evil.example",
         "localhost.evil.example",
+        "app.localhost:8790",  # any page can name a fresh *.localhost: no defence at all
+        "x.localhost",
         "[::2]:8790",
         "",
         None,  # no Host at all
@@ -125,3 +126,43 @@ def test_host_name() -> None:
     assert host_name("[::1]:8790") == "::1"
     assert host_name("Example.COM.:80") == "example.com"
     assert host_name("[broken") == ""
+
+
+FEED = "/_sseproxy/events"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},  # an iframe, fetch or EventSource on another site
+        {"Sec-Fetch-Site": "same-site"},  # another port or *.localhost name of this machine
+        {"Sec-Fetch-Site": "cross-site", "Authorization": "Bearer s3cret!"},
+        {"Origin": "https://evil.example"},  # a browser without Sec-Fetch-Site
+        {"Origin": "http://127.0.0.1:9999"},
+        {"Origin": "null"},  # a sandboxed frame
+    ],
+)
+def test_a_page_on_another_origin_cannot_open_the_feed(headers: dict[str, str]) -> None:
+    settings = FakeSettings(admin_token="s3cret!")
+    refused = admin_refusal(request(FEED, **headers), settings)
+    assert refused is not None and refused.status == 403
+    assert b"sseproxy_cross_site" in refused.body  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},  # not a browser (curl)
+        {"Sec-Fetch-Site": "same-origin"},  # the inspector's own page
+        {"Sec-Fetch-Site": "none"},  # typed into the address bar
+        {"Origin": "http://127.0.0.1:8790"},
+    ],
+)
+def test_the_inspector_s_own_page_opens_the_feed(headers: dict[str, str]) -> None:
+    assert status(request(FEED, **headers), FakeSettings()) is None
+
+
+def test_the_cross_site_check_is_on_the_feed_only() -> None:
+    """A link from another site still opens the inspector page (it cannot be framed)."""
+    link = {"Sec-Fetch-Site": "cross-site"}
+    assert status(request("/_sseproxy/", **link), FakeSettings()) is None

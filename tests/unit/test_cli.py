@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sseproxy import cli
-from sseproxy.config import Settings
+from sseproxy.config import Settings, unknown_env
+from sseproxy.server import own_urls
 
 
 def subparser(name: str) -> argparse.ArgumentParser:
@@ -102,3 +103,44 @@ def test_a_typo_inside_a_route_is_one_line_naming_the_key(
     code, err = run(["serve", "--config", str(cfg)], capsys, monkeypatch)
     assert code == 2 and len(err) == 1
     assert "route 'ds'" in err[0] and "unknown key 'strip-prefix'" in err[0]
+
+
+def test_a_mistyped_environment_variable_is_one_warning_naming_the_closest(
+    capsys, monkeypatch
+) -> None:
+    """As a config-file typo names the key it meant, but a warning: the proxy still starts
+    (here it stops at the next problem, to stay a unit test)."""
+    env = {"SSEPROXY_IDLE_TIMOUT": "5", "SSEPROXY_LISTEN": "nowhere"}
+    code, err = run(["serve"], capsys, monkeypatch, env)
+    assert err[0] == (
+        "sseproxy: config: warning: SSEPROXY_IDLE_TIMOUT is not a setting "
+        "(did you mean SSEPROXY_IDLE_TIMEOUT?): ignored"
+    )
+    assert code == 2 and "listen" in err[1]  # the load went on: only the real error stops it
+
+
+def test_every_variable_sseproxy_reads_is_known() -> None:
+    env = {f"SSEPROXY_{f.name.upper()}": "x" for f in fields(Settings) if f.name != "routes"}
+    env |= {"SSEPROXY_CONFIG": "x", "SSEPROXY_CORPUS": "x", "PATH": "x"}
+    assert unknown_env(env) == []
+    assert unknown_env({"sseproxy_listen": "x"}) == [
+        "sseproxy_listen is not a setting (did you mean SSEPROXY_LISTEN?): ignored"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("host", "inspector"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8790/_sseproxy/"),
+        ("::1", "http://[::1]:8790/_sseproxy/"),
+        ("0.0.0.0", "http://127.0.0.1:8790/_sseproxy/"),
+        ("::", "http://[::1]:8790/_sseproxy/"),
+    ],
+)
+def test_the_startup_urls_are_ones_a_browser_opens(host: str, inspector: str) -> None:
+    urls = own_urls(host, 8790)
+    assert urls == {
+        "inspector": inspector,
+        "metrics": inspector + "metrics",
+        "healthz": inspector + "healthz",
+    }

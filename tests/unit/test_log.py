@@ -220,3 +220,37 @@ def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -
     assert lines[0].startswith("sseproxy: log output failed (BrokenPipeError")
     assert lines[1:] == ["done"]  # once, then every later record dropped without a word
     assert result.returncode == 0
+
+
+def test_a_drill_is_marked_on_the_console_line() -> None:
+    """A drill's injected reset reads `cut=upstream_reset` as a real one does: the mark is
+    what tells them apart."""
+    real = emit("console", **RECORD)
+    drill = emit("console", **{**RECORD, "injected": ["reset:after_events=3"]})
+    assert "[drill]" in drill and "cut=upstream_reset" in drill
+    assert "[drill]" not in real
+
+
+# Every character str.splitlines() splits on (the ASCII ones JSON escapes anyway).
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def test_no_character_splitlines_splits_on_is_written_raw() -> None:
+    text = f"a{LINE_BREAKS}b"
+    assert len(text.splitlines()) > 1  # the premise
+    for line in (emit("json", **{**RECORD, "path": text}), log.dumps({"text": text})):
+        assert line.rstrip("\n").splitlines() == [line.rstrip("\n")]
+        assert json.loads(line)["path" if "path" in line else "text"] == text
+
+
+def test_the_direct_record_line_is_one_line_too() -> None:
+    """The request record's own path (a prebuilt rendering spliced into the line)."""
+    stream = io.StringIO()
+    log.configure("json", "info", stream, cache=False)
+    record = {**RECORD, "path": "/v1/x\u2028y\x85"}
+    ready, rendered = log.json_rendered(record)
+    assert rendered is not None
+    log.request_finished(ready, log.logging.WARNING, rendered)
+    line = stream.getvalue()
+    assert line.rstrip("\n").splitlines() == [line.rstrip("\n")]
+    assert json.loads(line)["path"] == "/v1/x\u2028y\x85"

@@ -151,7 +151,6 @@ def test_output_tokens_per_s_is_tokens_over_the_content_span() -> None:
     assert summary.content_burst_ms == 500.0
     assert summary.time_to_first_content_ms == 500.0
     assert summary.fields() == {
-        "time_to_first_content_ms": 500.0,
         "content_burst_ms": 500.0,
         "output_tokens_per_s": 80.0,
         "output_tokens_per_s_unmeasured": None,
@@ -267,3 +266,17 @@ def test_a_chunk_without_content_changes_nothing() -> None:
     pacing.content(1.0, 0)
     assert pacing.first_content is None
     assert pacing.deltas == 0
+
+
+def test_ttft_is_when_the_first_content_arrived_as_the_pacing_reads_it() -> None:
+    """One time to first content: the record's `ttft_ms` is read where the pacing reads it,
+    at the chunk's arrival from upstream, not once a slow client took it."""
+    from sseproxy.shell.record import Timings
+
+    timings, pacing = Timings(start=100.0), Pacing(100.0)
+    pacing.first_byte(100.2)
+    for arrived, delivered in ((100.5, 103.0), (101.0, 103.5)):  # the client reads late
+        timings.chunk(arrived, delivered, 1)
+        pacing.content(arrived, 1)
+    assert timings.fields(104.0)["ttft_ms"] == 500.0
+    assert pacing.conclude(104.0, None).time_to_first_content_ms == 500.0

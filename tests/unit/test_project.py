@@ -53,3 +53,33 @@ def test_tests_need_nothing_beside_the_checkout() -> None:
         if beside in path.read_text()
     ]
     assert offenders == []
+
+
+def _stub(folder: Path, name: str, body: str) -> None:
+    script = folder / name
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+
+
+def test_ci_removes_its_clone_and_keeps_the_exit_status(tmp_path: Path) -> None:
+    """The CI script, run from a small repository with a `python3` that fails: the clone it
+    made in its temporary folder is gone afterwards, and the failure is its exit status."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "ci"], check=True)
+    stubs, scratch = tmp_path / "bin", tmp_path / "scratch"
+    stubs.mkdir()
+    scratch.mkdir()
+    _stub(stubs, "python3", "exit 3")  # the venv step fails
+    for present in ("chromium", "promtool"):
+        _stub(stubs, present, "exit 0")  # nothing to install
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "TMPDIR": str(scratch), "HOME": str(tmp_path)}
+    run = subprocess.run(
+        ["bash", str(repo / ".ci" / "run")], env=env, capture_output=True, timeout=60
+    )
+    assert run.returncode == 3, run.stderr
+    assert list(scratch.iterdir()) == []

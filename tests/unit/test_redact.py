@@ -218,3 +218,39 @@ def test_the_admin_token_is_compared_whole() -> None:
     for attempt in ("s3cret-toke", "s3cret-token!", "S3CRET-TOKEN", "", None, "caf\udce9"):
         assert not token_matches(attempt, "s3cret-token")
     assert not token_matches("", "")  # no token configured: nothing matches
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "secret",
+        "Secret",
+        "token",
+        "access_token",
+        "refresh_token",
+        "signature",
+        "sig",
+        "password",
+        "passwd",
+        "api_key",
+        "apikey",
+        "client_secret",
+        "X-Amz-Signature",
+        "X-Amz-Security-Token",
+        "X-Goog-Signature",
+        "private_key",
+        "app.secret",
+    ],
+)
+def test_query_parameters_named_like_secrets_are_redacted(name: str) -> None:
+    target = f"/v1/x?alt=sse&{name}=QUERY-SECRET-1&b=1"
+    secrets = secrets_of({}, target)
+    assert "QUERY-SECRET-1" in secrets.values
+    assert secrets.redact_target(target) == f"/v1/x?alt=sse&{name}={REDACTED}&b=1"
+    assert Secrets.of_request({}, target)[1] == f"/v1/x?alt=sse&{name}={REDACTED}&b=1"
+
+
+@pytest.mark.parametrize("name", ["signed", "design", "keys", "tokens_used", "session_like"])
+def test_parameters_that_only_contain_a_secret_word_are_kept(name: str) -> None:
+    target = f"/v1/x?{name}=visible-value"
+    assert Secrets.of_request({}, target)[1] == target

@@ -158,3 +158,13 @@ def test_core_is_pure() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_replay_events_are_one_line_each_whatever_the_text_holds() -> None:
+    """`replay --events | while read`: a U+2028 in a delta must not split its event's line."""
+    body = sse('{"choices":[{"delta":{"content":"a\u2028b\x85c"}}]}', "[DONE]")
+    out = io.StringIO()
+    replay(body, ReplayOptions(events=True), out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3  # two events, the verdict
+    assert "a\u2028b\x85c" in json.loads(lines[0])["data"]
