@@ -18,6 +18,7 @@ from ..core.request import RequestFacts as CoreRequestFacts
 from ..delivery import ClientDelivery
 from ..inspector import StreamView
 from ..log import json_rendered, json_safe
+from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
 from .tapping import close_tap
 
@@ -229,6 +230,7 @@ def build_rendered(
     response_model = body.pop("model")
     route = facts.route
     fields: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "request_id": facts.request_id,
         "upstream_request_id": progress.upstream_request_id,
         "method": facts.method,
@@ -268,6 +270,7 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
         json_safe(
             facts.secrets.redact(
                 {
+                    "schema_version": SCHEMA_VERSION,
                     "request_id": facts.request_id,
                     "method": facts.method,
                     "path": facts.path,
