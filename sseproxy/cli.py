@@ -1,5 +1,5 @@
-"""Command line: `sseproxy [serve]`, `replay`, `mock` and `demo`. Parsing only; the work is
-elsewhere. Every flag's help names its default, taken from the code that applies it."""
+"""Command line: `sseproxy [serve]`, `replay`, `mock`, `demo` and `report`. Parsing only; the
+work is elsewhere. Every flag's help names its default, taken from the code that applies it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load
 from .core import Dialect
 
-COMMANDS = ("serve", "replay", "mock", "demo")
+COMMANDS = ("serve", "replay", "mock", "demo", "report")
 DEFAULTS = Settings()
 SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
 DIALECTS = tuple(d.value for d in Dialect)
@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_parser(sub)
     _mock_parser(sub)
     _demo_parser(sub)
+    from .report.command import add_parser as report_parser
+
+    report_parser(sub)
     return parser
 
 
@@ -244,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _replay(args, parser)
     if args.command == "mock":
         return _mock(args)
+    if args.command == "report":
+        from .report.command import run as report
+
+        return report(args)
     if args.command == "demo":
         from . import demo
 
