@@ -123,6 +123,9 @@ class TopN(Generic[V]):
 
 # Bucket widths for the timeline, each a multiple of the one before: merging is exact.
 WIDTHS = (60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
+# Buckets count from 0001-01-01 UTC, the earliest time a record can hold: every slot is >= 0,
+# so any two times share a bucket once it is wide enough.
+ORIGIN = -62135596800
 
 
 class Timeline:
@@ -136,15 +139,16 @@ class Timeline:
         self.buckets: dict[int, list[int]] = {}
 
     def add(self, epoch: float, state_index: int) -> None:
-        slot = int(epoch // self.width)
-        counts = self.buckets.get(slot)
-        if counts is None:
-            if len(self.buckets) >= self.limit:
-                self._widen()
-                self.add(epoch, state_index)
-                return
-            counts = self.buckets[slot] = [0] * len(self.states)
-        counts[state_index] += 1
+        while (slot := int((epoch - ORIGIN) // self.width)) not in self.buckets:
+            if len(self.buckets) < self.limit:
+                self.buckets[slot] = [0] * len(self.states)
+                break
+            self._widen()
+        self.buckets[slot][state_index] += 1
+
+    def start(self, slot: int) -> float:
+        """A bucket's start, in seconds since the epoch."""
+        return float(ORIGIN + slot * self.width)
 
     def _widen(self) -> None:
         old = self.width

@@ -199,8 +199,10 @@ class Summary:
             return
         self.records += 1
         state = _key(record.get("state"))
-        route, model = _key(record.get("route")), model_of(record)
         self.states.row(state).n += 1
+        if state not in self.states.rows:  # beyond the bound: (other) in every table
+            state = OTHER
+        route, model = _key(record.get("route")), model_of(record)
         self.versions.row(_key(record.get("schema_version"))).n += 1
         self.routes.row(route).add(state)
         self.dialects.row(_key(record.get("dialect"))).add(state)

@@ -111,7 +111,9 @@ def report(summary: Summary) -> dict[str, Any]:
             "states": list(TIMELINE_STATES),
             "buckets": [
                 {
-                    "start": _iso(datetime.datetime.fromtimestamp(slot * width, datetime.UTC)),
+                    "start": _iso(
+                        datetime.datetime.fromtimestamp(timeline.start(slot), datetime.UTC)
+                    ),
                     "counts": counts,
                 }
                 for slot, counts in sorted(timeline.buckets.items())

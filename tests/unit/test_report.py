@@ -132,6 +132,22 @@ def test_distinct_keys_stop_at_their_bound_and_the_rest_is_other() -> None:
     assert sum(r["requests"] for r in beyond["by_model"]) == 4
 
 
+def test_states_beyond_the_bound_are_other_in_every_table() -> None:
+    states = ("completed", "failed", "interrupted", "made-up")
+    data = summarise(*(line(state=s) for s in states), bounds=Bounds(keys=3))
+    assert data["states"] == {"completed": 1, "failed": 1, "interrupted": 1, OTHER: 1}
+    assert data["by_model"][0]["states"] == data["states"]
+    assert data["timeline"]["buckets"][0]["counts"] == [1, 0, 0, 0, 1, 1, 0, 1]
+
+
+def test_timestamps_at_the_ends_of_the_calendar_still_make_a_report() -> None:
+    ends = (line(timestamp="0001-01-01T00:00:00Z"), line(timestamp="9999-12-31T23:59:59Z"))
+    data = summarise(*ends, bounds=Bounds(timeline=1))  # one bucket for both
+    assert data["span"] == {"first": "0001-01-01T00:00:00Z", "last": "9999-12-31T23:59:59Z"}
+    [bucket] = data["timeline"]["buckets"]
+    assert (bucket["start"], sum(bucket["counts"])) == ("0001-01-01T00:00:00Z", 2)
+
+
 def test_keys_are_cut_to_their_length_bound() -> None:
     data = summarise(line(model="x" * (MAX_KEY_CHARS + 1)))
     assert data["by_model"][0]["model"] == "x" * MAX_KEY_CHARS
@@ -162,7 +178,9 @@ def test_the_timeline_widens_instead_of_growing() -> None:
     assert (timeline.width, len(timeline.buckets)) == (60, 3)
     timeline.add(3 * 60.0, 0)  # one bucket more: five-minute buckets
     assert timeline.width == 300
-    assert timeline.buckets == {0: [4]}
+    assert [(timeline.start(slot), counts) for slot, counts in timeline.buckets.items()] == [
+        (0.0, [4])
+    ]
 
 
 def test_the_worst_list_keeps_its_size_worst_first() -> None:
