@@ -44,12 +44,13 @@ def _ms(value: float | None) -> str:
     return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
 
-def _table(head: list[str], rows: list[list[Any]], numeric_from: int = 1) -> str:
+def _table(head: list[str], rows: list[list[Any]], text_columns: int = 1) -> str:
+    """The first `text_columns` are text, the rest numbers (aligned right)."""
     th = "".join(f"<th>{e(h)}</th>" for h in head)
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="n">{e(c)}</td>' if i >= numeric_from else f"<td>{e(c)}</td>"
+            f'<td class="n">{e(c)}</td>' if i >= text_columns else f"<td>{e(c)}</td>"
             for i, c in enumerate(r)
         )
         + "</tr>"
@@ -200,7 +201,7 @@ def render(summary: Summary) -> str:
         _table(["reason", "requests"], [[c["reason"], c["requests"]] for c in data["cuts"]]),
         "<h2>Worst requests</h2>",
         _table(
-            ["time", "request_id", "state", "model", "route", "status", "duration", "what"],
+            ["time", "request_id", "state", "model", "route", "what", "status", "duration"],
             [
                 [
                     w["timestamp"],
@@ -208,13 +209,13 @@ def render(summary: Summary) -> str:
                     w["state"],
                     w["model"],
                     w["route"],
+                    w["what"],
                     w["status"] if w["status"] is not None else "-",
                     _ms(w["duration_ms"]),
-                    w["what"],
                 ]
                 for w in data["worst"]
             ],
-            numeric_from=5,
+            text_columns=6,
         ),
     ]
     return (

@@ -18,7 +18,7 @@ from sseproxy.cli import main
 from sseproxy.report import Bounds, Summary, page, text
 from sseproxy.report.bounded import OTHER, Reservoir, Timeline, TopN
 from sseproxy.report.lines import TOO_LONG, read_lines
-from sseproxy.report.summary import MAX_KEY_CHARS, parse_time
+from sseproxy.report.summary import MAX_KEY_CHARS, MAX_WHAT_CHARS, parse_time
 from sseproxy.report.tables import report
 
 
@@ -204,6 +204,12 @@ def test_worst_requests_rank_cuts_then_failures_then_the_slowest() -> None:
     assert [w["request_id"] for w in data["worst"]] == ["cut", "fail", "slow"]
     assert data["worst"][0]["what"] == "cut: upstream_closed after 809 B; 76 B of an event lost"
     assert data["worst"][1]["what"] == "server_error: x"
+
+
+def test_the_line_about_a_request_is_cut_to_its_bound() -> None:
+    message = "m" * 500
+    data = summarise(line(state="failed", error={"type": "t", "message": message}))
+    assert data["worst"][0]["what"] == ("t: " + message)[:MAX_WHAT_CHARS]
 
 
 # -- rendering -----------------------------------------------------------------------------
