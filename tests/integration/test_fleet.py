@@ -47,46 +47,42 @@ ANTHROPIC_OK = sse(
 )
 
 
-def chat(*chunks: Any) -> bytes:
-    return sse(*chunks)
-
-
 def scenarios() -> list[tuple[str | None, str, Script, str]]:
     """(model asked for, path, script, what the client does: "read" or "leave")."""
     return [
         (
             "gpt-a",
             CHAT,
-            Script([Send(chat(chat_chunk("Hi"), chat_chunk(finish="stop"), DONE))]),
+            Script([Send(sse(chat_chunk("Hi"), chat_chunk(finish="stop"), DONE))]),
             "read",
         ),
         (
             "gpt-a",
             CHAT,
-            Script([Send(chat(chat_chunk("Hey"), chat_chunk(finish="stop"), DONE))]),
+            Script([Send(sse(chat_chunk("Hey"), chat_chunk(finish="stop"), DONE))]),
             "read",
         ),
         (
             "gpt-a",
             CHAT,
-            Script([Send(chat(chat_chunk("x"), chat_chunk(finish="length"), DONE))]),
+            Script([Send(sse(chat_chunk("x"), chat_chunk(finish="length"), DONE))]),
             "read",
         ),
         (
             "gpt-a",
             CHAT,
-            Script([Send(chat(chat_chunk("Hi"))), Send(b'data: {"choi'), Close()]),
+            Script([Send(sse(chat_chunk("Hi"))), Send(b'data: {"choi'), Close()]),
             "read",
         ),
-        ("gpt-b", CHAT, Script([Send(chat(chat_chunk("Hi"))), Reset()]), "read"),
+        ("gpt-b", CHAT, Script([Send(sse(chat_chunk("Hi"))), Reset()]), "read"),
         (
             "gpt-b",
             CHAT,
-            Script([Send(chat({"error": {"message": "overloaded", "type": "server_error"}}))]),
+            Script([Send(sse({"error": {"message": "overloaded", "type": "server_error"}}))]),
             "read",
         ),
-        ("gpt-b", CHAT, Script([Send(chat(chat_chunk("Hi"), DONE))]), "read"),
-        ("gpt-b", CHAT, Script([Send(chat(chat_chunk("Hi"))), WaitFor(asyncio.Event())]), "leave"),
+        ("gpt-b", CHAT, Script([Send(sse(chat_chunk("Hi"), DONE))]), "read"),
+        ("gpt-b", CHAT, Script([Send(sse(chat_chunk("Hi"))), WaitFor(asyncio.Event())]), "leave"),
         (
             "gpt-b",
             CHAT,
@@ -106,7 +102,7 @@ def scenarios() -> list[tuple[str | None, str, Script, str]]:
             None,
             CHAT,
             Script(
-                [Send(chat(chat_chunk("Hi", model="served-m"), chat_chunk(finish="stop"), DONE))]
+                [Send(sse(chat_chunk("Hi", model="served-m"), chat_chunk(finish="stop"), DONE))]
             ),
             "read",
         ),

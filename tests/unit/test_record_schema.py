@@ -96,6 +96,14 @@ def test_anomaly_names_are_open_and_http_complete_may_be_unknown() -> None:
     VALIDATOR.validate(record)
 
 
+def test_a_token_count_beyond_64_bits_is_its_decimal_string() -> None:
+    record = next(every_kind())  # the chat case: it has usage
+    record["usage"]["output_tokens"] = str(2**70)  # as log.json_safe writes it
+    VALIDATOR.validate(record)
+    record["usage"]["output_tokens"] = "many"
+    assert not VALIDATOR.is_valid(record)
+
+
 def test_the_enums_are_the_cores() -> None:
     props = schema()["$defs"]["request_finished"]["properties"]
     assert set(props["state"]["enum"]) == {s.value for s in State}
