@@ -1,5 +1,5 @@
-"""Command line: `sseproxy [serve]`, `replay`, `mock` and `demo`. Parsing only; the work is
-elsewhere. Every flag's help names its default, taken from the code that applies it."""
+"""Command line: `sseproxy [serve]`, `replay`, `mock`, `demo` and `report`. Parsing only; the
+work is elsewhere. Every flag's help names its default, taken from the code that applies it."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
 
-COMMANDS = ("serve", "replay", "mock", "demo")
+COMMANDS = ("serve", "replay", "mock", "demo", "report")
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
 OTHER_COMMANDS = (
     ("replay", "feed a saved response body through the core"),
     ("mock", "serve recorded streams as a fake upstream"),
     ("demo", "see sseproxy work on bundled streams, offline"),
+    ("report", "summarise JSON-lines logs of records: states, anomalies, the slowest"),
 )
 DEFAULTS = Settings()
 SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
@@ -242,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_parser(sub)
     _mock_parser(sub)
     _demo_parser(sub)
+    from .report.command import add_parser as report_parser
+
+    report_parser(sub)
     return parser
 
 
@@ -275,6 +279,10 @@ def _command(argv: Sequence[str] | None) -> int:
         return _replay(args, parser)
     if args.command == "mock":
         return _mock(args)
+    if args.command == "report":
+        from .report.command import run as report
+
+        return report(args)
     if args.command == "demo":
         from . import demo
 

@@ -11,6 +11,7 @@ from typing import Any
 from ..core import EndReason, ErrorInfo, Interruption, State, Verdict, with_transport
 from ..core.pacing import PacingSummary
 from ..log import json_rendered, json_safe
+from ..record_schema import SCHEMA_VERSION
 from .state import Progress, RequestFacts
 from .tapping import close_tap
 
@@ -96,6 +97,7 @@ def build_rendered(
     response_model = body.pop("model")
     route = facts.route
     fields: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "request_id": facts.request_id,
         "upstream_request_id": progress.upstream_request_id,
         "method": facts.method,
@@ -135,6 +137,7 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
         json_safe(
             facts.secrets.redact(
                 {
+                    "schema_version": SCHEMA_VERSION,
                     "request_id": facts.request_id,
                     "method": facts.method,
                     "path": facts.path,

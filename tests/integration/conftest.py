@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from sseproxy.config import load
 from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream
 from tests.integration.raw_upstream import WireUpstream
+from tests.record_contract import invalid_records
 
 
 class _NotifyingStream(io.StringIO):
@@ -22,9 +23,11 @@ class _NotifyingStream(io.StringIO):
         super().__init__()
         self.written = written
         self.truncations = 0
+        self.history: list[str] = []  # all that was written, kept when a test clears the log
 
     def write(self, s: str) -> int:
         n = super().write(s)
+        self.history.append(s)
         self.written.set()
         return n
 
@@ -58,6 +61,12 @@ class LogCapture:
             self._offset = end
         return list(self._parsed)
 
+    def all_records(self) -> list[dict[str, Any]]:
+        """Every record written, also those a test cleared from the log."""
+        lines = "".join(self.stream.history).splitlines()
+        parsed = (json.loads(line) for line in lines)
+        return [r for r in parsed if r.get("event") == "request.finished"]
+
     async def wait(self, n: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
         """The records, once at least `n` were written (woken by each write, no polling)."""
         async with asyncio.timeout(timeout):
@@ -68,10 +77,13 @@ class LogCapture:
 
 
 @pytest.fixture
-def logs() -> LogCapture:
+def logs() -> Iterator[LogCapture]:
     capture = LogCapture()
     log.configure("json", "debug", capture.stream, cache=False)
-    return capture
+    yield capture
+    # The contract: every record any integration test made validates against the schema.
+    invalid = invalid_records(capture.all_records())
+    assert not invalid, f"records outside the schema: {invalid[:3]}"
 
 
 @pytest.fixture

@@ -1,0 +1,62 @@
+-- The OpenTelemetry path: the Collector's filelog receiver sends each log line as the body of
+-- a log record, its ClickHouse exporter writes them to otel.otel_logs (create_schema: true
+-- makes that table, so run this file after the Collector's first start). This view parses
+-- each request.finished body into sseproxy.requests as it arrives, into the same columns the
+-- JSONEachRow path fills.
+CREATE MATERIALIZED VIEW IF NOT EXISTS sseproxy.requests_from_otel TO sseproxy.requests AS
+SELECT
+    parseDateTime64BestEffort(JSONExtractString(Body, 'timestamp'), 6, 'UTC') AS timestamp,
+    JSONExtractString(Body, 'level') AS level,
+    JSONExtractString(Body, 'event') AS event,
+    JSONExtractString(Body, 'schema_version') AS schema_version,
+    JSONExtractString(Body, 'request_id') AS request_id,
+    JSONExtract(Body, 'upstream_request_id', 'Nullable(String)') AS upstream_request_id,
+    JSONExtractString(Body, 'method') AS method,
+    JSONExtractString(Body, 'path') AS path,
+    JSONExtract(Body, 'route', 'Nullable(String)') AS route,
+    JSONExtract(Body, 'upstream', 'Nullable(String)') AS upstream,
+    JSONExtract(Body, 'status', 'Nullable(UInt16)') AS status,
+    JSONExtract(Body, 'content_type', 'Nullable(String)') AS content_type,
+    JSONExtract(Body, 'model', 'Nullable(String)') AS model,
+    JSONExtract(Body, 'response_model', 'Nullable(String)') AS response_model,
+    JSONExtract(Body, 'stream', 'Nullable(Bool)') AS stream,
+    JSONExtract(Body, 'ttfb_ms', 'Nullable(Float64)') AS ttfb_ms,
+    JSONExtract(Body, 'ttft_ms', 'Nullable(Float64)') AS ttft_ms,
+    JSONExtract(Body, 'duration_ms', 'Nullable(Float64)') AS duration_ms,
+    JSONExtract(Body, 'max_gap_ms', 'Nullable(Float64)') AS max_gap_ms,
+    JSONExtract(Body, 'content_gap_ms', 'Nullable(Float64)') AS content_gap_ms,
+    JSONExtract(Body, 'dialect', 'Nullable(String)') AS dialect,
+    JSONExtractString(Body, 'state') AS state,
+    JSONExtract(Body, 'finish_reason', 'Nullable(String)') AS finish_reason,
+    JSONExtract(Body, 'finish_category', 'Nullable(String)') AS finish_category,
+    nullIf(nullIf(JSONExtractRaw(Body, 'finish_reasons'), ''), 'null') AS finish_reasons,
+    JSONExtract(Body, 'last_event', 'Nullable(String)') AS last_event,
+    JSONExtract(Body, 'last_event_id', 'Nullable(String)') AS last_event_id,
+    nullIf(nullIf(JSONExtractRaw(Body, 'interruption'), ''), 'null') AS interruption,
+    JSONExtract(Body, 'http_complete', 'Nullable(Bool)') AS http_complete,
+    nullIf(nullIf(JSONExtractRaw(Body, 'error'), ''), 'null') AS error,
+    JSONExtract(Body, 'anomalies', 'Map(String, UInt64)') AS anomalies,
+    JSONExtract(Body, 'bytes', 'Nullable(UInt64)') AS bytes,
+    JSONExtract(Body, 'events', 'Nullable(UInt64)') AS events,
+    JSONExtract(Body, 'comments', 'Nullable(UInt64)') AS comments,
+    JSONExtract(Body, 'text_chars', 'Nullable(UInt64)') AS text_chars,
+    JSONExtract(Body, 'reasoning_chars', 'Nullable(UInt64)') AS reasoning_chars,
+    JSONExtract(Body, 'refusal_chars', 'Nullable(UInt64)') AS refusal_chars,
+    nullIf(nullIf(JSONExtractRaw(Body, 'tool_calls'), ''), 'null') AS tool_calls,
+    nullIf(nullIf(JSONExtractRaw(Body, 'server_tool_calls'), ''), 'null') AS server_tool_calls,
+    nullIf(nullIf(JSONExtractRaw(Body, 'usage'), ''), 'null') AS usage,
+    JSONExtract(Body, 'response_id', 'Nullable(String)') AS response_id,
+    JSONExtract(Body, 'content_burst_ms', 'Nullable(Float64)') AS content_burst_ms,
+    JSONExtract(Body, 'output_tokens_per_s', 'Nullable(Float64)') AS output_tokens_per_s,
+    JSONExtract(Body, 'output_tokens_per_s_unmeasured', 'Nullable(String)')
+        AS output_tokens_per_s_unmeasured,
+    JSONExtract(Body, 'client_wait_ms', 'Nullable(Float64)') AS client_wait_ms,
+    JSONExtract(Body, 'client_bytes', 'Nullable(UInt64)') AS client_bytes,
+    JSONExtract(Body, 'events_delivered', 'Nullable(UInt64)') AS events_delivered,
+    JSONExtract(Body, 'last_event_delivered', 'Nullable(String)') AS last_event_delivered,
+    nullIf(nullIf(JSONExtractRaw(Body, 'injected'), ''), 'null') AS injected,
+    JSONExtract(Body, 'trace_id', 'Nullable(String)') AS trace_id,
+    JSONExtract(Body, 'span_id', 'Nullable(String)') AS span_id,
+    JSONExtract(Body, 'no_body_expected', 'Nullable(Bool)') AS no_body_expected
+FROM otel.otel_logs
+WHERE JSONExtractString(Body, 'event') = 'request.finished';

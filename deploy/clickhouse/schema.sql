@@ -1,0 +1,82 @@
+-- sseproxy records (schema_version 1.x) in ClickHouse: one row per request.finished record.
+-- Typed columns for what people filter and group on; nested values (error, usage, tool
+-- calls, ...) kept as their JSON text, read with JSONExtract*. Columns a record may lack
+-- (the fallback record has few) are Nullable: absent and null read the same.
+CREATE DATABASE IF NOT EXISTS sseproxy;
+
+CREATE TABLE IF NOT EXISTS sseproxy.requests
+(
+    timestamp DateTime64(6, 'UTC'),
+    level LowCardinality(String),
+    event LowCardinality(String),
+    schema_version LowCardinality(String),
+    request_id String,
+    upstream_request_id Nullable(String),
+    method LowCardinality(String),
+    path String,
+    route LowCardinality(Nullable(String)),
+    upstream Nullable(String),
+    status Nullable(UInt16),
+    content_type LowCardinality(Nullable(String)),
+    model LowCardinality(Nullable(String)),
+    response_model LowCardinality(Nullable(String)),
+    stream Nullable(Bool),
+    ttfb_ms Nullable(Float64),
+    ttft_ms Nullable(Float64),
+    duration_ms Nullable(Float64),
+    max_gap_ms Nullable(Float64),
+    content_gap_ms Nullable(Float64),
+    dialect LowCardinality(Nullable(String)),
+    state LowCardinality(String),
+    finish_reason Nullable(String),
+    finish_category LowCardinality(Nullable(String)),
+    finish_reasons Nullable(String),        -- JSON array
+    last_event Nullable(String),
+    last_event_id Nullable(String),
+    interruption Nullable(String),          -- JSON {reason, partial_event_bytes}
+    http_complete Nullable(Bool),           -- null: not known
+    error Nullable(String),                 -- JSON {type, code, message}
+    anomalies Map(LowCardinality(String), UInt64),
+    bytes Nullable(UInt64),
+    events Nullable(UInt64),
+    comments Nullable(UInt64),
+    text_chars Nullable(UInt64),
+    reasoning_chars Nullable(UInt64),
+    refusal_chars Nullable(UInt64),
+    tool_calls Nullable(String),            -- JSON array of {id, name, arguments_bytes, ...}
+    server_tool_calls Nullable(String),     -- JSON array
+    usage Nullable(String),                 -- JSON {input_tokens, output_tokens, ...}
+    response_id Nullable(String),
+    content_burst_ms Nullable(Float64),
+    output_tokens_per_s Nullable(Float64),
+    output_tokens_per_s_unmeasured LowCardinality(Nullable(String)),
+    client_wait_ms Nullable(Float64),
+    client_bytes Nullable(UInt64),
+    events_delivered Nullable(UInt64),
+    last_event_delivered Nullable(String),
+    injected Nullable(String),              -- JSON array of drill rules
+    trace_id Nullable(String),
+    span_id Nullable(String),
+    no_body_expected Nullable(Bool),
+
+    -- The keys the report groups by, computed once at insert.
+    model_key LowCardinality(String) MATERIALIZED
+        if(ifNull(model, '') != '', substringUTF8(model, 1, 200),
+           if(ifNull(response_model, '') != '', substringUTF8(response_model, 1, 200), '-')),
+    route_key LowCardinality(String) MATERIALIZED
+        if(ifNull(route, '') != '', substringUTF8(route, 1, 200), '-'),
+    dialect_key LowCardinality(String) MATERIALIZED
+        if(ifNull(dialect, '') != '', substringUTF8(dialect, 1, 200), '-'),
+    interruption_reason LowCardinality(Nullable(String)) MATERIALIZED
+        if(interruption IS NULL, NULL,
+           if(JSONExtractString(interruption, 'reason') != '',
+              substringUTF8(JSONExtractString(interruption, 'reason'), 1, 200), '-')),
+    error_type LowCardinality(Nullable(String)) MATERIALIZED
+        if(error IS NULL, NULL, JSONExtract(error, 'type', 'Nullable(String)')),
+    output_tokens Nullable(UInt64) MATERIALIZED
+        if(usage IS NULL, NULL, JSONExtract(usage, 'output_tokens', 'Nullable(UInt64)'))
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(timestamp)
+ORDER BY (state, model_key, timestamp)
+TTL toDateTime(timestamp) + INTERVAL 90 DAY;

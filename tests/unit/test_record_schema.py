@@ -1,0 +1,124 @@
+"""The record schema is the contract: every record the proxy can build validates against it,
+and it holds no field the proxy never writes. The records come from `record.build` and
+`record.fallback`, written through the real log path, never from the schema itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import json
+import logging
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from bench.record_cost import CASES, exchange
+from sseproxy import log
+from sseproxy.core import FinishCategory, State
+from sseproxy.core.inject import parse_rules
+from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
+from sseproxy.shell import record as records
+from tests.record_contract import VALIDATOR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def written(record: Any, level: int = logging.INFO) -> dict[str, Any]:
+    """The record as the log writes it: one JSON line with timestamp, level and event."""
+    stream = io.StringIO()
+    log.configure("json", "debug", stream, cache=False)
+    log.request_finished(record, level)
+    [line] = stream.getvalue().splitlines()
+    parsed: dict[str, Any] = json.loads(line)
+    return parsed
+
+
+def every_kind() -> Iterator[dict[str, Any]]:
+    """Records of every shape: each bench case, with every optional field, and fallbacks."""
+    span = TracerProvider().get_tracer("test").start_span("request")
+    for name in CASES:
+        facts, progress = exchange(name)
+        verdict, pacing = records.verdict_of(facts, progress)
+        yield written(records.build(facts, progress, verdict, pacing))
+        yield written(records.fallback(facts, progress, ValueError("boom")), logging.ERROR)
+        # the optional fields: drill rules, a trace, no body expected, a broken delivery
+        facts = dataclasses.replace(facts, method="HEAD", inject_rules=parse_rules("cut-after=1"))
+        progress.span, progress.http_complete = span, False
+        yield written(records.build(facts, progress, verdict, pacing), logging.WARNING)
+    span.end()
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(schema())
+    assert schema()["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_every_kind_of_record_validates() -> None:
+    kinds = list(every_kind())
+    for record in kinds:
+        VALIDATOR.validate(record)
+    assert {r["schema_version"] for r in kinds} == {SCHEMA_VERSION}
+
+
+def test_the_schema_holds_exactly_the_fields_the_proxy_writes() -> None:
+    seen = set().union(*(set(r) for r in every_kind()))
+    assert seen == record_fields()
+
+
+def test_a_field_missing_from_the_schema_fails_validation() -> None:
+    record = next(every_kind())
+    record["a_new_field"] = 1
+    errors = list(VALIDATOR.iter_errors(record))
+    assert errors
+    assert "a_new_field" in errors[0].message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("status", "200"), ("duration_ms", None), ("stream", 1), ("anomalies", {"x": -1})],
+)
+def test_a_field_of_the_wrong_type_fails_validation(field: str, value: Any) -> None:
+    record = next(every_kind())
+    record[field] = value
+    assert not VALIDATOR.is_valid(record)
+
+
+def test_anomaly_names_are_open_and_http_complete_may_be_unknown() -> None:
+    record = next(every_kind())
+    record["anomalies"] = {"bytes_after_response": 1, "json_too_deep": 2}
+    record["http_complete"] = None
+    VALIDATOR.validate(record)
+
+
+def test_a_token_count_beyond_64_bits_is_its_decimal_string() -> None:
+    record = next(every_kind())  # the chat case: it has usage
+    record["usage"]["output_tokens"] = str(2**70)  # as log.json_safe writes it
+    VALIDATOR.validate(record)
+    record["usage"]["output_tokens"] = "many"
+    assert not VALIDATOR.is_valid(record)
+
+
+def test_the_enums_are_the_cores() -> None:
+    props = schema()["$defs"]["request_finished"]["properties"]
+    assert set(props["state"]["enum"]) == {s.value for s in State}
+    assert set(props["finish_category"]["enum"]) == {c.value for c in FinishCategory} | {None}
+
+
+def test_the_version_is_major_minor_and_the_schema_accepts_only_its_major() -> None:
+    major, minor = SCHEMA_VERSION.split(".")
+    assert major.isdigit() and minor.isdigit()
+    record = next(every_kind())
+    record["schema_version"] = f"{int(major) + 1}.0"
+    assert not VALIDATOR.is_valid(record)
+
+
+def test_the_package_ships_the_schema() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["sseproxy"]
+    assert any(fnmatch.fnmatch(f"data/{SCHEMA_FILE}", p) for p in patterns)

@@ -1,0 +1,270 @@
+"""`sseproxy report`'s reading and accumulating: each bound holds at its size and gives way,
+as documented, at one more; hostile values neither crash it nor reach the page unescaped.
+Expected values are written out or come from the standard library, never from the report."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sseproxy.cli import main
+from sseproxy.report import Bounds, Summary, page, text
+from sseproxy.report.bounded import OTHER, Reservoir, Timeline, TopN
+from sseproxy.report.lines import TOO_LONG, read_lines
+from sseproxy.report.summary import MAX_KEY_CHARS, MAX_WHAT_CHARS, parse_time
+from sseproxy.report.tables import report
+
+
+def line(**fields: Any) -> bytes:
+    record = {
+        "timestamp": "2026-12-01T10:00:00Z",
+        "event": "request.finished",
+        "request_id": "r",
+        "state": "completed",
+        "model": "m",
+        "route": "openai",
+        "dialect": "openai-chat",
+        "anomalies": {},
+        "interruption": None,
+        "duration_ms": 10.0,
+        "ttft_ms": 5.0,
+        **fields,
+    }
+    return json.dumps(record).encode() + b"\n"
+
+
+def summarise(*lines: bytes, bounds: Bounds | None = None, **window: Any) -> dict[str, Any]:
+    return report(Summary(bounds or Bounds(), **window).feed(lines))
+
+
+# -- lines ---------------------------------------------------------------------------------
+
+
+def test_a_line_at_the_bound_is_read_and_one_byte_more_is_skipped_whole(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"a" * 10 + b"\n" + b"b" * 11 + b"\n" + b"c\n")
+    assert list(read_lines([str(path)], limit=10)) == [b"a" * 10 + b"\n", TOO_LONG, b"c\n"]
+
+
+def test_a_line_far_beyond_the_bound_is_dropped_in_pieces(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"x" * 1000 + b"\nnext\n")
+    assert list(read_lines([str(path)], limit=16)) == [TOO_LONG, b"next\n"]
+
+
+def test_gzip_rotated_files_and_blank_lines(tmp_path: Path) -> None:
+    old = tmp_path / "log.1.gz"
+    old.write_bytes(gzip.compress(b"one\n\n"))
+    new = tmp_path / "log"
+    new.write_bytes(b"  \ntwo")
+    assert list(read_lines([str(old), str(new)])) == [b"one\n", b"two"]
+
+
+# -- counting ------------------------------------------------------------------------------
+
+
+def test_lines_that_are_not_records_are_counted_never_fatal() -> None:
+    data = summarise(
+        line(),
+        b"not json\n",
+        b"[1, 2]\n",
+        b'{"event": "proxy.started"}\n',
+        b'{"event": "request.finished", "state": 5, "duration_ms": "slow", "anomalies": [1]}\n',
+        b"\xff\xfe\n",
+    )
+    assert data["lines"] == {"records": 2, "unparseable": 3, "other_events": 1, "outside_window": 0}
+    assert data["states"] == {"-": 1, "completed": 1}
+
+
+def test_failure_rate_counts_failed_interrupted_and_http_error() -> None:
+    states = ["completed", "failed", "interrupted", "http_error", "unconfirmed", "cancelled"]
+    data = summarise(*(line(state=s) for s in states))
+    [row] = data["by_model"]
+    assert (row["requests"], row["failures"], row["failure_rate"]) == (6, 3, 0.5)
+
+
+def test_anomalies_count_occurrences_and_requests() -> None:
+    data = summarise(
+        line(anomalies={"a": 2, "b": 1}), line(anomalies={"a": 1}), line(anomalies={"c": -1})
+    )
+    assert data["anomalies"] == [
+        {"name": "a", "occurrences": 3, "requests": 2},
+        {"name": "b", "occurrences": 1, "requests": 1},
+    ]
+
+
+def test_the_model_is_the_one_asked_for_else_the_one_that_answered() -> None:
+    data = summarise(line(model="asked"), line(model=None, response_model="served"), line(model=""))
+    assert {r["model"] for r in data["by_model"]} == {"asked", "served", "-"}
+
+
+def test_since_is_inclusive_until_exclusive_and_undated_records_are_outside() -> None:
+    lines = [line(timestamp=f"2026-12-01T10:0{m}:00Z") for m in range(4)]
+    data = summarise(
+        *lines,
+        line(timestamp=None),
+        since=parse_time("2026-12-01T10:01:00Z"),
+        until=parse_time("2026-12-01T10:03:00"),  # no zone: UTC
+    )
+    assert data["lines"]["records"] == 2
+    assert data["lines"]["outside_window"] == 3
+    assert data["span"] == {"first": "2026-12-01T10:01:00Z", "last": "2026-12-01T10:02:00Z"}
+
+
+# -- bounds --------------------------------------------------------------------------------
+
+
+def test_distinct_keys_stop_at_their_bound_and_the_rest_is_other() -> None:
+    bounds = Bounds(keys=3)
+    at = summarise(*(line(model=f"m{i}") for i in range(3)), bounds=bounds)
+    assert OTHER not in {r["model"] for r in at["by_model"]}
+    assert at["bounds"]["overflowed"] == {}
+    beyond = summarise(*(line(model=f"m{i}") for i in range(4)), bounds=bounds)
+    assert {r["model"] for r in beyond["by_model"]} == {"m0", "m1", "m2", OTHER}
+    assert beyond["bounds"]["overflowed"]["models"] == 1
+    assert sum(r["requests"] for r in beyond["by_model"]) == 4
+
+
+def test_states_beyond_the_bound_are_other_in_every_table() -> None:
+    states = ("completed", "failed", "interrupted", "made-up")
+    data = summarise(*(line(state=s) for s in states), bounds=Bounds(keys=3))
+    assert data["states"] == {"completed": 1, "failed": 1, "interrupted": 1, OTHER: 1}
+    assert data["by_model"][0]["states"] == data["states"]
+    assert data["timeline"]["buckets"][0]["counts"] == [1, 0, 0, 0, 1, 1, 0, 1]
+
+
+def test_timestamps_at_the_ends_of_the_calendar_still_make_a_report() -> None:
+    ends = (line(timestamp="0001-01-01T00:00:00Z"), line(timestamp="9999-12-31T23:59:59Z"))
+    data = summarise(*ends, bounds=Bounds(timeline=1))  # one bucket for both
+    assert data["span"] == {"first": "0001-01-01T00:00:00Z", "last": "9999-12-31T23:59:59Z"}
+    [bucket] = data["timeline"]["buckets"]
+    assert (bucket["start"], sum(bucket["counts"])) == ("0001-01-01T00:00:00Z", 2)
+
+
+def test_keys_are_cut_to_their_length_bound() -> None:
+    data = summarise(line(model="x" * (MAX_KEY_CHARS + 1)))
+    assert data["by_model"][0]["model"] == "x" * MAX_KEY_CHARS
+
+
+def test_the_reservoir_is_exact_at_its_size_and_a_sample_beyond() -> None:
+    values = [float(v) for v in range(1, 101)]
+    exact = Reservoir(100)
+    for v in values:
+        exact.add(v)
+    assert exact.exact
+    assert exact.quantile(0.5) == statistics.quantiles(values, n=2, method="inclusive")[0]
+    assert exact.quantile(0.95) == pytest.approx(
+        statistics.quantiles(values, n=20, method="inclusive")[18]
+    )
+    sampled = Reservoir(100)
+    for v in [*values, 1000.0]:
+        sampled.add(v)
+    assert not sampled.exact
+    assert len(sampled.values) == 100
+    assert (sampled.count, sampled.maximum) == (101, 1000.0)
+
+
+def test_the_timeline_widens_instead_of_growing() -> None:
+    timeline = Timeline(3, ("completed",))
+    for minute in range(3):
+        timeline.add(minute * 60.0, 0)
+    assert (timeline.width, len(timeline.buckets)) == (60, 3)
+    timeline.add(3 * 60.0, 0)  # one bucket more: five-minute buckets
+    assert timeline.width == 300
+    assert [(timeline.start(slot), counts) for slot, counts in timeline.buckets.items()] == [
+        (0.0, [4])
+    ]
+
+
+def test_the_worst_list_keeps_its_size_worst_first() -> None:
+    top: TopN[str] = TopN(2)
+    for name, rank in (("a", 1), ("b", 3), ("c", 2), ("d", 3)):
+        top.offer((rank,), lambda name=name: name)
+    assert top.best_first() == ["b", "d"]  # equal ranks: the earlier first
+
+
+def test_worst_requests_rank_cuts_then_failures_then_the_slowest() -> None:
+    data = summarise(
+        line(request_id="slow", duration_ms=9000.0),
+        line(request_id="fail", state="failed", error={"type": "server_error", "message": "x"}),
+        line(
+            request_id="cut",
+            state="interrupted",
+            bytes=809,
+            interruption={"reason": "upstream_closed", "partial_event_bytes": 76},
+        ),
+    )
+    assert [w["request_id"] for w in data["worst"]] == ["cut", "fail", "slow"]
+    assert data["worst"][0]["what"] == "cut: upstream_closed after 809 B; 76 B of an event lost"
+    assert data["worst"][1]["what"] == "server_error: x"
+
+
+def test_the_line_about_a_request_is_cut_to_its_bound() -> None:
+    message = "m" * 500
+    data = summarise(line(state="failed", error={"type": "t", "message": message}))
+    assert data["worst"][0]["what"] == ("t: " + message)[:MAX_WHAT_CHARS]
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+HOSTILE = '<script>alert("x")</script>\x1b[2J'
+
+
+def test_the_page_escapes_every_string_from_the_log() -> None:
+    summary = Summary()
+    summary.feed(
+        [
+            line(
+                model=HOSTILE,
+                route=HOSTILE,
+                request_id=HOSTILE,
+                anomalies={HOSTILE: 1},
+                state="interrupted",
+                interruption={"reason": HOSTILE, "partial_event_bytes": 0},
+            )
+        ]
+    )
+    html = page.render(summary)
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert "default-src 'none'" in html  # nothing loads from anywhere: it opens offline
+    assert "src=" not in html and "href=" not in html
+
+
+def test_the_terminal_text_holds_no_control_character() -> None:
+    summary = Summary()
+    summary.feed([line(model=HOSTILE, state="failed")])
+    out = text.render(report(summary))
+    assert "\x1b" not in out
+    assert "\\x1b[2J" in out
+
+
+def test_the_command_writes_json_and_html(tmp_path: Path, capsys: Any) -> None:
+    log = tmp_path / "log"
+    log.write_bytes(line() + line(state="failed"))
+    html = tmp_path / "report.html"
+    assert main(["report", "--json", "--html", str(html), str(log)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["states"] == {"completed": 1, "failed": 1}
+    assert "<svg" in html.read_text()
+
+
+def test_a_missing_file_or_a_bad_time_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--since", "yesterday"])
+    assert exit_.value.code == 2
+
+
+def test_stdin_is_read_when_no_file_is_given(monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line() + b"junk\n")))
+    assert main(["report", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lines"]["unparseable"] == 1
