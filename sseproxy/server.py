@@ -27,6 +27,7 @@ from aiohttp.typedefs import Middleware
 from . import __version__, log
 from .config import Settings
 from .proxy import STATE, create_app, is_loopback
+from .shell import accelerator
 
 logger = structlog.get_logger("sseproxy")
 
@@ -189,6 +190,7 @@ async def serve(settings: Settings, loop_name: str) -> int:
         listen=settings.listen,
         event_loop=loop_name,
         backlog=backlog,
+        relay_accelerator=accelerator.enabled(),  # detected at the app's startup
         upstream=settings.public_upstream,
         routes=[r.name for r in settings.routes] if not settings.upstream else None,
     )

@@ -25,11 +25,14 @@ from ..core import Dialect, EndReason, ErrorInfo, State, Verdict
 from ..inspector import Inspector
 from ..metrics import Metrics
 from ..redact import Secrets
+from . import accelerator
 from . import record as records
 from .admission import Refused, admit
+from .budget import HeldBytes
 from .errors import describe
+from .forward import REQUEST_ID_HEADER, break_downstream, forward
 from .record import Progress, RequestFacts, Timings, proxy_error
-from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
+from .relay import analyse_backlog
 from .sinks import deliver, safecall
 from .upstream import new_session
 
@@ -55,6 +58,7 @@ class ProxyState:
     body_bytes: int = 0  # request body bytes held by requests in flight
     shutting_down: bool = False
     session: aiohttp.ClientSession | None = None
+    held: HeldBytes = field(default_factory=lambda: HeldBytes(0))  # bytes held for clients
     failed_sinks: set[str] = field(default_factory=set)
 
 
@@ -280,12 +284,14 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
     app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
+    app[STATE].held = HeldBytes(settings.max_held_bytes)
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
     app.router.add_get(OWN_PREFIX + "events", inspector.feed)
     app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
     app.on_startup.append(inspector.start)
+    app.on_startup.append(_detect_accelerator)
     app.on_shutdown.append(inspector.stop)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
     app.router.add_route("*", "/{tail:.*}", proxy_handler)
@@ -300,6 +306,10 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     app[STATE].session = session
     yield
     await session.close()
+
+
+async def _detect_accelerator(app: web.Application) -> None:
+    await accelerator.detect()  # once per process, against the running aiohttp
 
 
 async def _mark_shutdown(app: web.Application) -> None:

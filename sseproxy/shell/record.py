@@ -15,10 +15,10 @@ from ..core import EndReason, ErrorInfo, Interruption, State, StreamTap, Verdict
 from ..core.inject import Rule
 from ..core.pacing import Pacing, PacingSummary
 from ..core.request import RequestFacts as CoreRequestFacts
-from ..delivery import ClientDelivery
 from ..inspector import StreamView
 from ..log import json_rendered, json_safe
 from ..redact import Secrets
+from .delivery import ClientDelivery
 from .tapping import close_tap
 
 if TYPE_CHECKING:
@@ -116,6 +116,12 @@ class Timings:
             elif self.last_content is not None:
                 self.max_content_gap = max(self.max_content_gap, now - self.last_content)
             self.last_content = now
+
+    def resumed(self, now: float) -> None:
+        """The upstream was paused for a client that did not read, until `now`: the next
+        gap starts here, so max_gap_ms keeps measuring the upstream's silence."""
+        if self.last_chunk is not None and now > self.last_chunk:
+            self.last_chunk = now
 
     def fields(self, end: float) -> dict[str, float | None]:
         def ms(t: float | None) -> float | None:

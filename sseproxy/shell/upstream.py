@@ -8,7 +8,7 @@ import asyncio
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -17,9 +17,6 @@ from yarl import URL
 
 from ..config import Route
 from .errors import UpstreamFramingError
-
-if TYPE_CHECKING:
-    from .inline import InlineRelay
 
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward. `Expect` too: the
 # proxy has read the whole body before it connects, so nobody will answer a `100 Continue`.
@@ -46,15 +43,11 @@ class IsolatedHandler(ResponseHandler):
       reused. Otherwise a late, complete second response would answer the next request.
     - A framing error in the middle of a body is delivered to the body's reader at once
       (aiohttp only closes the transport, and the reader would wait for the idle timeout).
-
-    While an `InlineRelay` is attached (`inline`), it takes each parsed body chunk right here,
-    and is woken when the connection closes or fails.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
         self.expecting = True  # a new connection is made for a request
-        self.inline: InlineRelay | None = None
         self.head_checked: tuple[object, str | None] = ((), None)  # (raw headers, refusal)
 
     def data_received(self, data: bytes) -> None:
@@ -64,9 +57,6 @@ class IsolatedHandler(ResponseHandler):
                 self.transport.close()
             return
         super().data_received(data)
-        inline = self.inline
-        if inline is not None:
-            inline.drain()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp calls this after every read of a body, paused or not. Unpaused, it would
@@ -75,24 +65,6 @@ class IsolatedHandler(ResponseHandler):
         # cost as much as our whole accounting of a chunk. Unknown state: always resume.
         if getattr(self, "_reading_paused", True) or getattr(self, "_buffer_paused", True):
             super().resume_reading(resume_parser)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        super().connection_lost(exc)
-        inline = self.inline
-        if inline is not None:
-            inline.wake()
-
-    def close(self) -> None:
-        super().close()
-        inline = self.inline
-        if inline is not None:
-            inline.wake()
-
-    def abort(self) -> None:
-        super().abort()
-        inline = self.inline
-        if inline is not None:
-            inline.wake()
 
     def feed_data(self, data: Any, *args: Any) -> None:
         message, payload = data
@@ -117,9 +89,6 @@ class IsolatedHandler(ResponseHandler):
             error = UpstreamFramingError(f"upstream framing error: {exc}")
             error.__cause__ = exc
             payload.set_exception(error)
-        inline = self.inline
-        if inline is not None:
-            inline.wake()
 
 
 class IsolatedConnector(aiohttp.TCPConnector):
