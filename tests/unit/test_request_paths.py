@@ -39,6 +39,8 @@ from sseproxy.shell import record as records
 from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
 from sseproxy.shell.tapping import tap_options
+from sseproxy.shell.upstream import headers as upstream_headers
+from sseproxy.shell.upstream import legacy_aiohttp
 from tests.unit.test_record_paths import (
     built_records,
     request_secrets,
@@ -256,7 +258,7 @@ def test_the_request_drop_set_names_the_drill_header() -> None:
 async def test_a_forwarding_request_adds_the_headers_aiohttp_adds() -> None:
     loop = asyncio.get_running_loop()
     url = URL("http://127.0.0.1:9/v1/x")
-    skips = [upstream._SKIPPED, set(upstream._SKIPPED) | {istr("Content-Type")}, None]
+    skips = [legacy_aiohttp._SKIPPED, set(legacy_aiohttp._SKIPPED) | {istr("Content-Type")}, None]
     heads = [{}, {"Accept": "x/y"}, {"User-Agent": "u", "Content-Type": "a/b"}]
     for skip in skips:
         for head in heads:
@@ -269,7 +271,7 @@ async def test_a_forwarding_request_adds_the_headers_aiohttp_adds() -> None:
                 assert list(ours.headers.items()) == list(plain.headers.items())
                 assert list(ours.skip_auto_headers.items()) == list(plain.skip_auto_headers.items())
     bare = upstream.ForwardingRequest(
-        "POST", url, loop=loop, skip_auto_headers=upstream._SKIPPED, data=b"{}"
+        "POST", url, loop=loop, skip_auto_headers=legacy_aiohttp._SKIPPED, data=b"{}"
     )
     assert "User-Agent" not in bare.headers and "Accept" not in bare.headers
 
@@ -321,8 +323,8 @@ def test_rows_are_marked_changed_only_for_viewers() -> None:
 
 
 def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
-    monkeypatch.setattr(upstream, "_TARGETS", {})
-    monkeypatch.setattr(upstream, "MAX_CACHED_TARGETS", 3)
+    monkeypatch.setattr(upstream_headers, "_TARGETS", {})
+    monkeypatch.setattr(upstream_headers, "MAX_CACHED_TARGETS", 3)
     a = Route("a", ("/*",), "http://127.0.0.1:1", URL("http://127.0.0.1:1/base"))
     b = Route("b", ("/*",), "http://127.0.0.1:2", URL("http://127.0.0.1:2"), strip_prefix="/v1")
     targets = ["/v1/x?alt=sse", "/v1/y", "/v1/x%3Fkey=1", "/v1/z", "/" + "p" * 1100]
@@ -330,13 +332,15 @@ def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
         for route in (a, b):
             for target in targets:
                 assert upstream.upstream_url(route, target) == route.target(target)
-    assert len(upstream._TARGETS) == 3  # bounded; the long target was never kept
-    assert all(len(raw) <= upstream.MAX_CACHED_TARGET_CHARS for _, raw in upstream._TARGETS)
+    assert len(upstream_headers._TARGETS) == 3  # bounded; the long target was never kept
+    assert all(
+        len(raw) <= upstream_headers.MAX_CACHED_TARGET_CHARS for _, raw in upstream_headers._TARGETS
+    )
     for bad in ("/x#y", "/x y", "x"):
         for _ in range(2):  # refused each time, never remembered
             with pytest.raises(ValueError):
                 upstream.upstream_url(a, bad)
-    assert len(upstream._TARGETS) == 3
+    assert len(upstream_headers._TARGETS) == 3
 
 
 # -- the log line's timestamp ------------------------------------------------------------------
