@@ -162,7 +162,7 @@ def run(settings: Settings) -> int:
 
 async def serve(settings: Settings, loop_name: str) -> int:
     """Listen, serve until a signal, stop. Returns the process's exit code."""
-    app = create_app(settings)
+    app = create_app(settings, environ=os.environ)  # egress proxy variables, if any
     inflight = InFlight()
     app.middlewares.insert(0, inflight.middleware())
     runner = Runner(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import time
@@ -12,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 import structlog
 from aiohttp import web
@@ -34,7 +34,7 @@ from .forward import REQUEST_ID_HEADER, break_downstream, forward
 from .record import Progress, RequestFacts, Timings, proxy_error
 from .relay import analyse_backlog
 from .sinks import deliver, safecall
-from .upstream import new_session
+from .upstream import UpstreamPool
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -57,7 +57,7 @@ class ProxyState:
     active: int = 0  # stream slots taken
     body_bytes: int = 0  # request body bytes held by requests in flight
     shutting_down: bool = False
-    session: aiohttp.ClientSession | None = None
+    pool: UpstreamPool | None = None
     held: HeldBytes = field(default_factory=lambda: HeldBytes(0))  # bytes held for clients
     failed_sinks: set[str] = field(default_factory=set)
 
@@ -262,8 +262,14 @@ async def own_not_found(request: web.Request) -> web.Response:
     )
 
 
-def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
-    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it)."""
+def create_app(
+    settings: Settings,
+    tracing: Tracing | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> web.Application:
+    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it);
+    `environ` supplies HTTPS_PROXY / HTTP_PROXY / NO_PROXY for upstream connections (the
+    process's environment, passed in by whoever starts the proxy; none: direct)."""
     app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
     app[SETTINGS] = settings
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
@@ -295,17 +301,19 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     app.on_shutdown.append(inspector.stop)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
     app.router.add_route("*", "/{tail:.*}", proxy_handler)
-    app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(functools.partial(_upstream_pool, environ=environ or {}))
     app.on_shutdown.append(_mark_shutdown)
     app.on_cleanup.append(_drain_captures)
     return app
 
 
-async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    session = new_session(app[SETTINGS].connect_timeout)
-    app[STATE].session = session
+async def _upstream_pool(
+    app: web.Application, *, environ: Mapping[str, str]
+) -> AsyncIterator[None]:
+    pool = UpstreamPool(connect_timeout=app[SETTINGS].connect_timeout, environ=environ)
+    app[STATE].pool = pool
     yield
-    await session.close()
+    await pool.close()
 
 
 async def _detect_accelerator(app: web.Application) -> None:

@@ -68,18 +68,18 @@ class ClientDelivery:
         self._response = response
         self._tap = tap
         self._clock = clock
-        transport = request.transport
-        self._transport = transport if isinstance(transport, asyncio.WriteTransport) else None
-        if self._transport is not None and mark is not None:
+        # asyncio's transport API (uvloop's transports have it too, without subclassing).
+        self._transport = transport = request.transport
+        if transport is not None and mark is not None:
             # A transport without limits: aiohttp's own waits stay as they were.
             with contextlib.suppress(AttributeError, NotImplementedError):
-                self._transport.set_write_buffer_limits(high=mark)
+                transport.set_write_buffer_limits(high=mark)
         self._chunked = response.chunked
         # Chunks may be framed and written here (`write_now`) once aiohttp has sent the head:
         # a chunked response, or an HTTP/1.0 one that ends with the connection.
         self.direct = (
             accelerator.enabled()
-            and self._transport is not None
+            and transport is not None
             and (response.chunked or (request.version < (1, 1) and response.content_length is None))
         )
         self.started = False  # the head went out with the first write

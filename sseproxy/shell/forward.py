@@ -22,16 +22,20 @@ from ..core.readers import framing_for
 from ..inspector import CONTENT_CHARS, StreamView
 from .admission import Refused, via_entry
 from .delivery import ClientDelivery, ContentWatch
-from .errors import CLIENT_IO, UPSTREAM_IO, Ended
-from .reading import ResponseBody
+from .errors import CLIENT_IO, Ended
 from .record import NO_BODY_STATUSES
 from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
 from .tapping import open_tap, tap_options
-from .upstream import REQUEST_DROP, forwardable, refusal, upstream_url
+from .upstream import (
+    REQUEST_DROP,
+    UpstreamEnd,
+    UpstreamFailed,
+    UpstreamResponse,
+    forwardable,
+    upstream_url,
+)
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from .app import Exchange, ProxyState
 
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
@@ -61,7 +65,7 @@ async def forward(
     """Send the admitted request upstream and relay its response."""
     facts = x.facts
     route = facts.route
-    assert route is not None and state.session is not None
+    assert route is not None and state.pool is not None
     try:
         url = upstream_url(route, request.raw_path)  # scheme, host and port only from the route
     except ValueError as exc:
@@ -71,34 +75,60 @@ async def forward(
     headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
     if state.tracing is not None:
         x.progress.span = state.tracing.start(request.headers, headers, request.method, facts.path)
+    waiting = Waiting()
     try:
-        with UPSTREAM_IO:
-            async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
-                upstream = await state.session.request(
-                    request.method,
-                    url,
-                    headers=headers,
-                    data=facts.body or None,
-                    allow_redirects=False,
-                )
-    except Ended as ended:
-        status = 504 if ended.reason is EndReason.IDLE_TIMEOUT else 502
+        upstream = await state.pool.request(
+            request.method,
+            url,
+            list(headers.items()),
+            facts.body,
+            waiting,
+            head_timeout=settings.idle_timeout,  # no byte of the response yet
+        )
+    except UpstreamFailed as failed:
+        status = 504 if failed.reason is EndReason.IDLE_TIMEOUT else 502
         raise Refused(
             status,
-            UPSTREAM_ERROR_TYPES.get(ended.reason, "upstream_unreachable"),
-            ended.cause,
-            end=ended.reason,
+            UPSTREAM_ERROR_TYPES.get(failed.reason, "upstream_unreachable"),
+            failed.cause,
+            end=failed.reason,
             upstream=route.upstream,  # userinfo masked
-        ) from ended
-    body = ResponseBody(upstream)
+        ) from failed
+    except ValueError as exc:  # a header the upstream request cannot carry
+        raise Refused(400, "bad_request", str(exc)) from exc
+    # The body waits until the relay takes it (the client's response must start first).
+    upstream.pause_reading()
     try:
-        return await respond(request, x, state, settings, upstream, body)
+        return await respond(request, x, state, settings, upstream, waiting)
     finally:
-        await body.stop()
-        if x.progress.http_complete and upstream.content.at_eof():
-            upstream.release()  # keep the upstream connection for the next request
-        else:
-            upstream.close()  # stop generation (and billing) now; never reuse it
+        # Stop generation (and billing) now unless the body ended; the pool keeps the
+        # connection only when it ended by its own framing and the pool's rules allow.
+        upstream.abort(EndReason.CLIENT_DISCONNECTED, "the proxy stopped relaying")
+
+
+class Waiting:
+    """The receiver until the relay exists. The body is paused at once, so at most a read
+    already under way arrives here; it and an end that comes meanwhile go to the relay."""
+
+    __slots__ = ("chunks", "end")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.end: UpstreamEnd | None = None
+
+    def on_body(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+
+    def on_end(self, end: UpstreamEnd) -> None:
+        self.end = end
+
+    def hand_over(self, upstream: UpstreamResponse, relay: Relay) -> None:
+        upstream.set_receiver(relay)
+        for chunk in self.chunks:
+            relay.on_body(chunk)
+        self.chunks = []
+        if self.end is not None:
+            relay.on_end(self.end)
 
 
 async def respond(
@@ -106,20 +136,12 @@ async def respond(
     x: Exchange,
     state: ProxyState,
     settings: Settings,
-    upstream: aiohttp.ClientResponse,
-    body: ResponseBody,
+    upstream: UpstreamResponse,
+    waiting: Waiting,
 ) -> web.StreamResponse:
-    """Check the response head, start the client's response, relay, end it as upstream did."""
+    """Start the client's response, relay, end it as the upstream's ended."""
     p = x.progress
     p.timings.headers = time.monotonic()
-    why = refusal(upstream)
-    if why is not None:
-        raise Refused(
-            502,
-            "upstream_protocol_error",
-            f"upstream response {upstream.status} refused: {why}",
-            end=EndReason.UPSTREAM_PROTOCOL_ERROR,
-        )
     p.status = upstream.status
     begin(request, x, state, settings, upstream)
     response = client_response(request, x, upstream)
@@ -132,10 +154,11 @@ async def respond(
         with CLIENT_IO:
             await response.prepare(request)
         p.delivery = ClientDelivery(request, response, p.tap, mark=settings.max_client_held_bytes)
-        end = await relay(x, body, transform, state, settings)
+        end = await relay(x, upstream, waiting, transform, state, settings)
         # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
         # may still say `interrupted` (no terminal event): that is what the record is for.
         p.end, p.http_complete = end.reason, end.complete
+        p.bytes_after_end = end.bytes_after_end
         if not end.complete:
             raise Ended(end.reason, end.cause)
     except Ended as ended:
@@ -149,7 +172,7 @@ async def respond(
 
 
 def client_response(
-    request: web.Request, x: Exchange, upstream: aiohttp.ClientResponse
+    request: web.Request, x: Exchange, upstream: UpstreamResponse
 ) -> web.StreamResponse:
     """The client's response head: the upstream's, minus hop-by-hop fields, plus ours."""
     p = x.progress
@@ -171,7 +194,8 @@ def client_response(
 
 async def relay(
     x: Exchange,
-    body: ResponseBody,
+    upstream: UpstreamResponse,
+    waiting: Waiting,
     transform: Identity | Drill,
     state: ProxyState,
     settings: Settings,
@@ -182,7 +206,7 @@ async def relay(
     assert p.delivery is not None
     watch = IdleWatch(
         settings.idle_timeout,
-        lambda: body.abort(
+        lambda: upstream.abort(
             EndReason.IDLE_TIMEOUT, f"no upstream byte for {settings.idle_timeout} s"
         ),
     )
@@ -192,7 +216,7 @@ async def relay(
         stalls = ContentWatch(
             timeout,
             settings.content_stall_action,
-            lambda: body.abort(EndReason.CONTENT_TIMEOUT, f"no content delta for {timeout} s"),
+            lambda: upstream.abort(EndReason.CONTENT_TIMEOUT, f"no content delta for {timeout} s"),
         )
     parts = Parts(p.tap, p.timings, p.pacing, p.view, p.delivery, watch, stalls, p.capture)
     relay = Relay(
@@ -202,12 +226,13 @@ async def relay(
         budget=state.held,
         idle_timeout=settings.idle_timeout,
     )
-    relay.upstream = body
-    body.start(relay)
+    relay.upstream = upstream
+    waiting.hand_over(upstream, relay)
+    upstream.resume_reading()
     try:
         return await relay.run()
     except asyncio.CancelledError:
-        body.abort(EndReason.CLIENT_DISCONNECTED, "the client left")
+        upstream.abort(EndReason.CLIENT_DISCONNECTED, "the client left")
         raise
     finally:
         watch.stop()
@@ -220,7 +245,7 @@ def begin(
     x: Exchange,
     state: ProxyState,
     settings: Settings,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
 ) -> None:
     """Open the tap, the inspector's view and the capture for this response."""
     p, facts = x.progress, x.facts

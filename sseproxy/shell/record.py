@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 Record = Mapping[str, Any]
+BYTES_AFTER_RESPONSE = "bytes_after_response"
 # Responses that carry no body by definition (RFC 9110 §6.4.1).
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -160,6 +161,7 @@ class Progress:
     pacing: Pacing | None = None
     end: EndReason | str = EndReason.END_OF_INPUT
     http_complete: bool = False
+    bytes_after_end: int = 0  # stray bytes after the upstream response's end (the leg's count)
     proxy_error: ErrorInfo | None = None
 
 
@@ -176,9 +178,14 @@ def verdict_of(
     tap = progress.tap
     verdict = close_tap(tap, end, progress.http_complete)
     pacing = paced(progress, verdict, content_timeout)
-    if pacing is not None and pacing.anomalies:
+    names = list(pacing.anomalies) if pacing is not None else []
+    if progress.bytes_after_end:
+        # The upstream wrote past its response's end (a second response, or garbage): the
+        # client never sees those bytes, and the connection is not reused.
+        names.append(BYTES_AFTER_RESPONSE)
+    if names:
         anomalies = dict(verdict.anomalies)
-        for name in pacing.anomalies:
+        for name in names:
             anomalies[name] = anomalies.get(name, 0) + 1
         verdict = verdict.replace(anomalies=anomalies)
     return _transport(facts, progress, verdict), pacing

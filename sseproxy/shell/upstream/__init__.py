@@ -13,26 +13,14 @@ from .connection import PoolStats, UpstreamResponse
 from .egress import EgressProxy, ProxySettings
 from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
 from .headers import HOP_BY_HOP, REQUEST_DROP, forwardable, head_refusal, upstream_url
-from .legacy_aiohttp import (
-    AUTO_HEADERS_SKIPPED,
-    ForwardingRequest,
-    IsolatedConnector,
-    IsolatedHandler,
-    new_session,
-    refusal,
-)
 from .pool import UpstreamPool
 
 __all__ = [
-    "AUTO_HEADERS_SKIPPED",
     "HOP_BY_HOP",
     "LIMITS",
     "REQUEST_DROP",
     "BodyReceiver",
     "EgressProxy",
-    "ForwardingRequest",
-    "IsolatedConnector",
-    "IsolatedHandler",
     "Limits",
     "PoolStats",
     "ProxySettings",
@@ -42,7 +30,5 @@ __all__ = [
     "UpstreamResponse",
     "forwardable",
     "head_refusal",
-    "new_session",
-    "refusal",
     "upstream_url",
 ]
