@@ -145,7 +145,10 @@ async def test_a_completed_response_lets_its_connection_carry_the_next(pool: Ups
             writer.write(answer(f"answer {n}.{i}"))
 
     async with Server(handler) as server:
-        bodies = [(await fetch(pool, server.url()))[1] for _ in range(3)]
+        bodies = []
+        for _ in range(3):
+            bodies.append((await fetch(pool, server.url()))[1])
+            await asyncio.sleep(pool.quarantine_s * 5)
         assert bodies == [b"answer 1.0", b"answer 1.1", b"answer 1.2"]
         assert (pool.stats.opened, pool.stats.reused) == (1, 2)
 
@@ -225,6 +228,7 @@ async def test_idle_connections_expire_and_are_bounded_per_key() -> None:
         async with Server(handler) as server:
             await asyncio.gather(*(fetch(pool, server.url()) for _ in range(2)))
             assert pool.stats.opened == 2
+            await asyncio.sleep(pool.quarantine_s * 5)
             await asyncio.gather(*(fetch(pool, server.url()) for _ in range(2)))
             assert (pool.stats.opened, pool.stats.reused) == (3, 1)  # one kept, one more
             await asyncio.sleep(0.35)
