@@ -4,18 +4,23 @@
 (a Chat Completions stream of 2,000 events, each in its own HTTP chunk) fed in reads of
 100-500 bytes, the sizes a streaming upstream's reads have, and hands every body piece to a
 callback, as the upstream protocol does. Reported: the best round's ns per read (and per
-event), for the head included once per response.
+event), the head included once per response; then the same for the leg's own layers on the
+chosen parser (`ResponseParser`, and the whole data callback of `UpstreamConnection`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import time
 from collections.abc import Callable
 
 import h11
 import httptools
+
+from sseproxy.shell.upstream.connection import PoolStats, UpstreamConnection
+from sseproxy.shell.upstream.parser import ResponseParser
 
 EVENTS = 2000
 
@@ -98,9 +103,61 @@ def run_h11(chunks: list[bytes]) -> int:
     return sum(map(len, body))
 
 
+def run_ours(chunks: list[bytes]) -> int:
+    """The chosen parser as the leg feeds it (bounds, CRLF CRLF candidates, the sink)."""
+    parser = ResponseParser()
+    body: list[bytes] = []
+    parser.sink = body.append
+    rest = b""
+    for chunk in chunks:
+        if rest:
+            rest = parser.feed(rest)
+        rest = parser.feed(chunk)
+    assert parser.complete
+    return sum(map(len, body))
+
+
+class _Transport(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+
+class _Receiver:
+    def __init__(self) -> None:
+        self.body: list[bytes] = []
+
+    def on_body(self, chunk: bytes) -> None:
+        self.body.append(chunk)
+
+    def on_end(self, end: object) -> None:
+        pass
+
+
+def run_connection(chunks: list[bytes]) -> int:
+    """The whole data callback: connection -> exchange -> parser -> receiver."""
+    loop = asyncio.new_event_loop()
+    try:
+        conn = UpstreamConnection(loop, PoolStats())
+        conn.connection_made(_Transport())
+        receiver = _Receiver()
+        exchange = conn.start(b"", receiver, no_body=False)
+        conn.data_received(chunks[0])
+        loop.run_until_complete(exchange.head)
+        loop.run_until_complete(asyncio.sleep(0))  # the held bytes go after the head
+        received = conn.data_received
+        for chunk in chunks[1:]:
+            received(chunk)
+        assert exchange.ended is not None and exchange.ended.complete
+        return sum(map(len, receiver.body))
+    finally:
+        loop.close()
+
+
 CANDIDATES: dict[str, Callable[[list[bytes]], int]] = {
     f"httptools {httptools.__version__}": run_httptools,
     f"h11 {h11.__version__}": run_h11,
+    "ResponseParser": run_ours,
+    "UpstreamConnection": run_connection,
 }
 
 
@@ -115,7 +172,7 @@ def main() -> None:
     print(f"{len(wire)} bytes, {len(chunks)} reads of 100-500 bytes, {EVENTS} events")
     for name, run in CANDIDATES.items():
         best = min(_timed(run, chunks) for _ in range(args.rounds))
-        print(f"{name:>18}: {best / len(chunks):8.0f} ns/read  {best / EVENTS:8.0f} ns/event")
+        print(f"{name:>19}: {best / len(chunks):8.0f} ns/read  {best / EVENTS:8.0f} ns/event")
 
 
 def _timed(run: Callable[[list[bytes]], int], chunks: list[bytes]) -> int:

@@ -49,10 +49,13 @@ def parse(reads: list[bytes], *, no_body: bool = False, eof: bool = False) -> Pa
     )
 
 
+CHUNKED_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
 def chunked(*chunks: bytes, trailers: bytes = b"") -> bytes:
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    )
+    head = CHUNKED_HEAD
     body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
     return head + body + b"0\r\n" + trailers + b"\r\n"
 
@@ -111,12 +114,28 @@ def test_trailers_are_delivered() -> None:
     assert got.complete and got.trailers == [(b"x-checksum", b"abc"), (b"x-more", b"1")]
 
 
-def test_bytes_after_the_end_in_the_same_read_are_handed_back_to_the_byte() -> None:
-    late = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
-    for wire in (chunked(b"hello"), b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"):
-        for extra in (late, b"\r\n", b"x"):
-            got = parse([wire + extra])
-            assert got.complete and got.body == b"hello" and got.rest == extra
+LATE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
+
+
+@pytest.mark.parametrize("extra", [LATE, b"x", b"\r\n" + LATE, b"junk\r\n\r\nmore"])
+@pytest.mark.parametrize("crlf_sse", [False, True])
+def test_bytes_after_the_end_in_the_same_read_are_handed_back_to_the_byte(
+    extra: bytes, crlf_sse: bool
+) -> None:
+    event = b"data: a\r\n\r\n" if crlf_sse else b"data: a\n\n"
+    length = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (2 * len(event))
+    for wire in (chunked(event, event), length + event * 2):
+        got = parse([wire + extra])
+        assert got.complete and got.body == event * 2
+        assert got.rest == extra or (wire.startswith(CHUNKED_HEAD) and got.rest == extra.lstrip())
+
+
+def test_a_bare_crlf_after_a_chunked_end_is_tolerated_as_between_messages() -> None:
+    # llhttp skips empty lines between messages (RFC 9112 §2.2); they can answer nothing.
+    got = parse([chunked(b"hello") + b"\r\n"])
+    assert got.complete and got.rest == b""
+    got = parse([b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello\r\n"])
+    assert got.complete and got.rest == b"\r\n"  # counted to the byte when a length says
 
 
 def test_interim_heads_are_skipped_and_101_is_refused() -> None:

@@ -12,6 +12,7 @@ import asyncio
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -66,8 +67,8 @@ class UpstreamConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange

@@ -49,9 +49,6 @@ class UpstreamEnd:
     bytes_after_end: int = 0
 
 
-COMPLETE = UpstreamEnd(complete=True, reason=EndReason.UPSTREAM_CLOSED)
-
-
 class BodyReceiver(Protocol):
     """Implemented by the relay: gets the body as it is parsed, and its end."""
 

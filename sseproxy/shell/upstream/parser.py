@@ -2,14 +2,17 @@
 
 llhttp streams: it copies nothing and holds no buffer, so the bounds on a head, a chunk-size
 line and the trailers are counted here. It does not know the request's method, so a response
-to HEAD is ended at its head here; 1xx, 204 and 304 it ends at the head itself. Every head and
-every chunked body ends with CRLF CRLF, so the parser is fed up to each such candidate: the
-message's end is then known to the byte, and whatever follows it is returned, never parsed
-(stray bytes that poison the connection, or the body after a head, for the relay to take).
+to HEAD is ended at its head here; 1xx, 204 and 304 it ends at the head itself. It gives no
+offsets, so where a response ends inside a read is found here: a head ends with CRLF CRLF,
+and the parser is fed up to each one while it reads heads; a Content-Length body is fed its
+length; a chunked body is fed whole, and bytes that follow its end stop llhttp (a second
+message, or an error after the end). What follows an end is returned, never parsed: stray
+bytes that poison the connection, or the body after a head, for the relay to take.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +23,8 @@ from .facts import LIMITS, Limits, bounded
 from .headers import head_refusal
 
 _END = b"\r\n\r\n"
+# The last chunk and the trailer section, ending where the search ends.
+_LAST_CHUNK = re.compile(rb"(?:\A|\n)0+[ \t]*(?:;[^\r\n]*)?\r\n(?:[^\r\n]+\r\n)*\r\n\Z")
 
 
 class Framing(Enum):
@@ -80,41 +85,30 @@ class ResponseParser:
         self._framing = Framing.NONE
         self._remaining = 0  # Content-Length still to come
         self._tail = b""  # the last bytes fed, for a CRLF CRLF split across reads
-        self._progress = False
+        self._read_body = 0  # body bytes in the current read
         self._stall = 0  # chunked: bytes fed without body progress
+        self._stray = False  # bytes followed the end in the read that completed the body
         self._trailer_bytes = 0
+        self._next: Callable[[bytes], bytes] = self._feed_heads
 
     # -- feeding ------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> bytes:
         """Parse `data` up to the final head's end or the message's end; return the rest
         (nothing once the response is broken: `error` says why)."""
-        if self.error is not None:
-            return b""
-        if self.complete:
-            return data
-        if self.head is None:
-            return self._feed_heads(data)
-        framing = self._framing
-        if framing is Framing.LENGTH:
-            remaining = self._remaining
-            if len(data) < remaining:
-                self._remaining = remaining - len(data)
-                self._execute(data)
-                return b""
-            self._remaining = 0
-            self._execute(data if len(data) == remaining else data[:remaining])
-            return data[remaining:] if self.error is None else b""
-        if framing is Framing.CHUNKED:
-            return self._feed_chunked(data)
-        self._execute(data)  # close-delimited: every byte is body
-        return b""
+        return self._next(data)  # the feeder for where the response is: head, body, after
 
     def eof(self) -> bool:
         """The connection closed: True when that is the body's framing end (and now complete)."""
         if self.error is None and self.head is not None and self._framing is Framing.CLOSE:
-            self.complete = True
+            self._complete()
         return self.complete
+
+    def _after_end(self, data: bytes) -> bytes:
+        return data
+
+    def _dead(self, data: bytes) -> bytes:
+        return b""
 
     def _ends(self, data: bytes) -> list[int]:
         """Offsets just past each CRLF CRLF in `data` (one may begin in the previous read)."""
@@ -153,28 +147,59 @@ class ResponseParser:
             return
         self._execute(piece)
 
-    def _feed_chunked(self, data: bytes) -> bytes:
-        ends = self._ends(data)
-        if not ends:  # the common read: inside the body, no end in sight
+    def _feed_length(self, data: bytes) -> bytes:
+        remaining = self._remaining
+        if len(data) < remaining:
+            self._remaining = remaining - len(data)
             self._execute(data)
             return b""
-        start = 0
-        for end in ends:
-            self._execute(data[start:end])
-            start = end
-            if self.error is not None:
-                return b""  # a broken response: nothing after it is anyone's
-            if self.complete:
-                return data[end:]
-        if start < len(data):
-            self._execute(data[start:])
+        self._remaining = 0
+        self._execute(data if len(data) == remaining else data[:remaining])
+        return data[remaining:] if self.error is None else b""
+
+    def _feed_close(self, data: bytes) -> bytes:
+        self._execute(data)  # close-delimited: every byte is body
         return b""
 
+    def _feed_chunked(self, data: bytes) -> bytes:
+        # Fed whole: scanning every read for CRLF CRLF would cost more than parsing it.
+        self._read_body = 0
+        trailer_bytes = self._trailer_bytes
+        self._execute(data)
+        if self.complete:
+            return self._past_chunked_end(data) if self._stray else b""
+        if self._read_body or self._trailer_bytes != trailer_bytes:
+            self._stall = 0
+            return b""
+        self._stall += len(data)
+        if self._stall > self._limits.chunk_line_bytes:
+            self._fail(f"over {self._limits.chunk_line_bytes} bytes of chunk framing without body")
+        return b""
+
+    def _past_chunked_end(self, data: bytes) -> bytes:
+        """The bytes after the end, in the read that completed a chunked body and went on
+        (rare: a misbehaving upstream). The end is the first CRLF CRLF past this read's body
+        size that closes a last chunk (`0`, trailers); failing that, the first past it. At
+        least one byte is returned: something did follow.
+        """
+        self._tail = b""
+        ends = [end for end in self._ends(data) if end >= self._read_body]
+        for end in ends:
+            if _LAST_CHUNK.search(data, 0, end):
+                return data[end:] or data[-1:]
+        return data[ends[0] :] or data[-1:] if ends else data[-1:]
+
     def _execute(self, data: bytes) -> None:
-        self._progress = False
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
+        except httptools.HttpParserError as exc:
+            if self.complete:  # bytes after the end: the response stands, they are stray
+                self._stray = True
+                return
+            self._refused(exc)
+
+    def _refused(self, exc: httptools.HttpParserError) -> None:
+        if isinstance(exc, httptools.HttpParserCallbackError):
             stop = exc.__context__
             if isinstance(stop, _Stop):
                 self._fail(stop.why)
@@ -182,23 +207,17 @@ class ResponseParser:
             self._fail("the body's receiver failed")
             if stop is not None:
                 raise stop from None  # the receiver's own bug, not the upstream's
-            raise
-        except httptools.HttpParserError as exc:
-            self._fail(f"upstream framing error: {exc}")
-            return
-        if self._framing is Framing.CHUNKED and self.head is not None:
-            if self._progress:
-                self._stall = 0
-            else:
-                self._stall += len(data)
-                if self._stall > self._limits.chunk_line_bytes:
-                    self._fail(
-                        f"over {self._limits.chunk_line_bytes} bytes of chunk framing without body"
-                    )
+            raise exc
+        self._fail(f"upstream framing error: {exc}")
 
     def _fail(self, why: str) -> None:
         if self.error is None:
             self.error = bounded(why)
+            self._next = self._dead
+
+    def _complete(self) -> None:
+        self.complete = True
+        self._next = self._after_end
 
     # -- httptools callbacks ------------------------------------------------------------------
 
@@ -217,7 +236,6 @@ class ResponseParser:
             if len(self._fields) > self._limits.head_fields:
                 raise _Stop(f"over {self._limits.head_fields} response header fields")
             return
-        self._progress = True  # chunked trailers, bounded on their own
         self.trailers.append((name, value))
         self._trailer_bytes += len(name) + len(value)
         if len(self.trailers) > self._limits.trailer_fields:
@@ -226,7 +244,6 @@ class ResponseParser:
             raise _Stop(f"trailers over {self._limits.trailer_bytes} bytes")
 
     def on_headers_complete(self) -> None:
-        self._progress = True  # a head's bytes are bounded as a head, not as chunk framing
         parser = self._parser
         status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:
@@ -250,7 +267,13 @@ class ResponseParser:
             framing=self._framing,
         )
         if self._framing is Framing.NONE:
-            self.complete = True
+            self._complete()
+        else:
+            self._next = {
+                Framing.LENGTH: self._feed_length,
+                Framing.CHUNKED: self._feed_chunked,
+                Framing.CLOSE: self._feed_close,
+            }[self._framing]
 
     def _framing_of(self, status: int, fields: tuple[tuple[bytes, bytes], ...]) -> Framing:
         if self._no_body or status in (204, 304):
@@ -268,18 +291,13 @@ class ResponseParser:
         return Framing.LENGTH if self._remaining else Framing.NONE
 
     def on_body(self, body: bytes) -> None:
-        self._progress = True
+        self._read_body += len(body)
         self.sink(body)
 
-    def on_chunk_header(self) -> None:
-        self._progress = True
-
-    def on_chunk_complete(self) -> None:
-        self._progress = True
+    # No on_chunk_header / on_chunk_complete: httptools then makes no Python call per chunk.
 
     def on_message_complete(self) -> None:
-        self._progress = True
         if self.head is None:  # an interim head ended: the next one is counted afresh
             self._head_bytes = 0
             return
-        self.complete = True
+        self._complete()
