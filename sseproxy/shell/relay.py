@@ -264,6 +264,8 @@ class Relay:
             await self._write_all(self.transform.feed(chunk), arrived)
             if self.transform.done:
                 return
+        if self.parts.tap.backlog:
+            await self._analyse()
 
     async def _write_all(self, outs: Sequence[Any], arrived: float) -> None:
         for out in outs:
@@ -293,23 +295,25 @@ class Relay:
             self._account(arrived, now, len(out), tap.feed(out))
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
             parts.view.client_wait(now - delivery.last_wait, now)
-        await self._analyse(now)
         return now
 
-    async def _analyse(self, now: float) -> None:
+    async def _analyse(self) -> None:
         """A compressed body is analysed in slices, other streams running between them; a few
-        per write keep the analysis close behind the bytes, the rest waits until the client's
-        response has ended (`analyse_backlog`), so analysis never delays the end."""
+        per batch written keep the analysis close behind the bytes. Chunks that arrive, or the
+        body's end, stop it: the rest waits until the client's response has ended
+        (`analyse_backlog`), so analysis never delays a byte or the end. Only input left
+        unanalysed beyond MAX_UNANALYSED_BYTES pauses the upstream until it is analysed."""
         tap = self.parts.tap
         slices = 0
-        while tap.backlog and (
-            slices < SLICES_PER_WRITE or tap.retained_bytes > MAX_UNANALYSED_BYTES
-        ):
+        while tap.backlog:
             if tap.retained_bytes > MAX_UNANALYSED_BYTES:
                 self._pause()
+            elif slices >= SLICES_PER_WRITE or self._pending or self._end is not None:
+                return
             await asyncio.sleep(0)
             slices += 1
             if deltas := tap.pump():
+                now = time.monotonic()
                 self._account(now, now, 0, deltas)
 
     async def _relieve(self) -> None:

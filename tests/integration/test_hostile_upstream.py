@@ -113,7 +113,9 @@ async def test_a_framing_error_mid_body_ends_the_client_response_at_once(
 
 
 BAD_HEADS = {
-    "control_char_in_header": (b"HTTP/1.1 200 OK\r\nX-Ctl: a\x01b\r\n", "X-Ctl"),
+    # The upstream leg's parser (llhttp) refuses a control character in a value itself, before
+    # the head is whole, and names the fault rather than the field.
+    "control_char_in_header": (b"HTTP/1.1 200 OK\r\nX-Ctl: a\x01b\r\n", "header value char"),
     "high_byte_in_header": (b"HTTP/1.1 200 OK\r\nX-Foo: caf\xe9\r\n", "X-Foo"),
     "non_utf8_content_type": (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/\xffevent\r\n",

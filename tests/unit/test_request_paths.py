@@ -4,7 +4,6 @@ the record rendered once for json_ready and the log line. The references are the
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import io
@@ -16,12 +15,11 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
-import aiohttp
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from multidict import CIMultiDict, CIMultiDictProxy, istr
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from bench.record_cost import CASES, exchange
@@ -40,7 +38,6 @@ from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
 from sseproxy.shell.tapping import tap_options
 from sseproxy.shell.upstream import headers as upstream_headers
-from sseproxy.shell.upstream import legacy_aiohttp
 from tests.unit.test_record_paths import (
     built_records,
     request_secrets,
@@ -253,27 +250,6 @@ def test_forwardable_is_the_reference(pairs: list[tuple[str, str]], drop: frozen
 def test_the_request_drop_set_names_the_drill_header() -> None:
     assert INJECT_HEADER in upstream.REQUEST_DROP
     assert {"host", "content-length", "expect"} <= upstream.REQUEST_DROP
-
-
-async def test_a_forwarding_request_adds_the_headers_aiohttp_adds() -> None:
-    loop = asyncio.get_running_loop()
-    url = URL("http://127.0.0.1:9/v1/x")
-    skips = [legacy_aiohttp._SKIPPED, set(legacy_aiohttp._SKIPPED) | {istr("Content-Type")}, None]
-    heads = [{}, {"Accept": "x/y"}, {"User-Agent": "u", "Content-Type": "a/b"}]
-    for skip in skips:
-        for head in heads:
-            for data in (None, b"{}"):
-                requests = [
-                    cls("POST", url, loop=loop, headers=head, skip_auto_headers=skip, data=data)
-                    for cls in (aiohttp.ClientRequest, upstream.ForwardingRequest)
-                ]
-                plain, ours = requests
-                assert list(ours.headers.items()) == list(plain.headers.items())
-                assert list(ours.skip_auto_headers.items()) == list(plain.skip_auto_headers.items())
-    bare = upstream.ForwardingRequest(
-        "POST", url, loop=loop, skip_auto_headers=legacy_aiohttp._SKIPPED, data=b"{}"
-    )
-    assert "User-Agent" not in bare.headers and "Accept" not in bare.headers
 
 
 # -- admission ---------------------------------------------------------------------------------
