@@ -273,3 +273,22 @@ async def test_a_client_gone_before_a_direct_write_stops_the_upstream_at_once(
     assert record["client_bytes"] == sum(len(e) for e in events[:4])
     assert record["events_delivered"] == 4
     await asyncio.wait_for(fake.disconnected[PATH].wait(), 5)  # generation stopped
+
+
+async def test_when_the_probe_disagrees_the_proxy_relays_through_aiohttp_alone(
+    upstream, make_proxy, logs, direct, monkeypatch
+) -> None:
+    async def other_framing(version: str) -> tuple[bool, bytes]:
+        return version == "1.1", b"unexpected"
+
+    monkeypatch.setattr(accelerator.Detection, "enabled", None)
+    monkeypatch.setattr(accelerator, "probe", other_framing)
+    fake, _ = upstream
+    events = numbered(20)
+    fake.script(PATH, Script(paced(events)))
+    client = await make_proxy()
+    resp = await client.post(PATH, json={"stream": True})
+    assert await resp.read() == b"".join(events)
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed" and not accelerator.enabled()
+    assert direct == []  # every write was `await response.write()`
