@@ -73,6 +73,21 @@ async def test_a_late_second_response_never_reaches_the_next_request(
     assert [r["status"] for r in await logs.wait(2)] == [200, 200]
 
 
+async def test_bytes_right_after_the_response_are_named_and_never_forwarded(
+    wire, proxy_server, logs
+) -> None:
+    """A second response in the same read as the first one's end: the client gets its own
+    body only, and the record names the stray bytes."""
+    mine = response(COMPLETE, headers=b"Content-Type: text/event-stream\r\n")
+    wire.steps = [Send(mine + response(b'"stolen"')), AwaitClose()]
+    url = await proxy_server(wire.url)
+    status, _, got, error = await fetch(url + PATH)
+    assert (status, got, error) == (200, COMPLETE, None)
+    [record] = await logs.wait(1)
+    assert record["state"] == "completed" and record["http_complete"] is True
+    assert record["anomalies"] == {"bytes_after_response": 1}
+
+
 async def test_a_stray_body_after_204_does_not_poison_the_next_request(
     wire, proxy_server, logs
 ) -> None:
