@@ -2,12 +2,12 @@
 
 `python -m bench.slow_readers [--clients 300] [--mb 10] [--hold 10] [--proxy-arg=...]`
 
-Starts sseproxy (a subprocess, so its RSS is its own) in front of an upstream that streams
-`--mb` MB of SSE events to each request as fast as it is read. `--clients` clients each send
-a request, read the first 64 KiB of their stream, then read nothing for `--hold` seconds,
-then close. Meanwhile healthz is probed every 100 ms. Prints one JSON line: the proxy's RSS
-idle, at its highest while the clients hold, and 3 s after they closed; healthz latency (max
-and p99); and whether every probe answered.
+Starts sseproxy (a subprocess, so its RSS is its own) in front of an upstream (another
+subprocess) that streams `--mb` MB of SSE events to each request as fast as it is read.
+`--clients` clients each send a request, read the first 64 KiB of their stream, then read
+nothing for `--hold` seconds, then close. Meanwhile healthz is probed every 100 ms. Prints
+one JSON line: the proxy's RSS idle, at its highest while the clients hold, and 3 s after
+they closed; healthz latency (max and p99); and whether every probe answered.
 """
 
 from __future__ import annotations
@@ -83,11 +83,18 @@ async def probe_healthz(url: str, stop: asyncio.Event, latencies: list[float]) -
     return failed
 
 
+def serve_upstream(port: int, mb: int) -> None:
+    """The upstream, in a process of its own: its work does not slow the probes."""
+    web.run_app(upstream_app(mb), host="127.0.0.1", port=port, print=None, access_log=None)
+
+
 async def main(args: argparse.Namespace) -> None:
-    runner = web.AppRunner(await upstream_app(args.mb))
-    await runner.setup()
     up_port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", up_port).start()
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "bench.slow_readers", "--serve-upstream", str(up_port),
+         "--mb", str(args.mb)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -101,6 +108,7 @@ async def main(args: argparse.Namespace) -> None:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
+        await asyncio.to_thread(wait_port, up_port)
         await asyncio.to_thread(wait_port, port)
         figures: dict[str, object] = {"clients": args.clients, "mb_per_stream": args.mb}
         figures["rss_idle_mb"] = round(rss_mb(proc.pid)[0], 1)
@@ -136,7 +144,8 @@ async def main(args: argparse.Namespace) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        await runner.cleanup()
+        upstream.kill()
+        upstream.wait()
 
 
 if __name__ == "__main__":
@@ -145,4 +154,9 @@ if __name__ == "__main__":
     parser.add_argument("--mb", type=int, default=10)
     parser.add_argument("--hold", type=float, default=10.0)
     parser.add_argument("--proxy-arg", action="append", default=[], help="passed to sseproxy")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--serve-upstream", type=int, default=0, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.serve_upstream:
+        serve_upstream(arguments.serve_upstream, arguments.mb)
+    else:
+        asyncio.run(main(arguments))
