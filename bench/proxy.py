@@ -1,6 +1,6 @@
 """End-to-end proxy benchmark: direct vs naive pass-through vs sseproxy, interleaved rounds.
 
-`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r] [--quick]`
+`python -m bench.proxy [--rounds 5] [--scenarios a,b,c,d,e,burst,r,bulk,s2000] [--quick]`
 
 Every candidate runs as its own process beside one upstream process and one load-generator
 process, all on loopback. Per round and candidate: the load generator's latency figures, and
@@ -56,6 +56,13 @@ SCENARIOS = {
     # Short requests: what each request costs beyond its events (verdict, record, log, metrics,
     # and the setup of its analysis), as CPU per request over the floor's.
     "r": Scenario("r: 2,000 requests of 1 event, over 2 s", 2000, 1, 0, spread=2.0),
+    # The relay's direct path at full speed: few streams, each upstream write carrying many
+    # events, nothing pushing back.
+    "bulk": Scenario(
+        "bulk: 4 x 250,000 flat out, 16 / write", 4, 250_000, 0, per_write=16, spread=0.1
+    ),
+    # Many streams at once: per-stream memory and the loop's fairness across them.
+    "s2000": Scenario("s2000: 2,000 x 400 @ 50 ms", 2000, 400, 50, spread=2.0),
     "anthropic": Scenario(
         "b': 500 x 100 @ 50 ms, Anthropic", 500, 100, 50, spread=2.0, dialect="anthropic"
     ),
