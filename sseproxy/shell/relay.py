@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ..capture import Capture
 from ..core import EndReason, StreamTap
 from ..core.inject import Close as InjectClose
 from ..core.inject import Injector
@@ -96,17 +97,23 @@ class IdleWatch:
     """Calls `on_expiry` after `timeout` seconds without an upstream byte.
 
     The relay only stores the time of each chunk in `last`; one timer per idle period checks
-    it. (A timer re-armed per chunk costs more than all of the analysis.)
+    it. (A timer re-armed per chunk costs more than all of the analysis.) While the relay has
+    paused the upstream for its client (`paused`), the upstream's silence is the client's
+    doing: the period starts again when reading resumes.
     """
 
-    def __init__(self, timeout: float, on_expiry: Any) -> None:
+    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
         self.timeout = timeout
         self.on_expiry = on_expiry
         self.last = time.monotonic()
+        self.paused = False
         self._loop = asyncio.get_running_loop()
         self._handle = self._loop.call_later(timeout, self._check)
 
     def _check(self) -> None:
+        if self.paused:
+            self._handle = self._loop.call_later(self.timeout, self._check)
+            return
         deadline = self.last + self.timeout
         if time.monotonic() >= deadline:
             self.on_expiry()
@@ -131,7 +138,7 @@ class Parts:
         delivery: ClientDelivery,
         watch: IdleWatch,
         stalls: ContentWatch | None,
-        capture: Any,
+        capture: Capture | None,
     ) -> None:
         self.tap, self.timings, self.pacing, self.view = tap, timings, pacing, view
         self.delivery, self.watch, self.stalls, self.capture = delivery, watch, stalls, capture
@@ -336,6 +343,7 @@ class Relay:
         if delivery.last_wait:
             self.parts.view.client_wait(now - delivery.last_wait, now)
         self.parts.timings.resumed(now)
+        self.parts.watch.paused, self.parts.watch.last = False, now
         self._paused = False
         if self.upstream is not None and self._end is None:
             self.upstream.resume_reading()
@@ -403,7 +411,7 @@ class Relay:
 
     def _pause(self) -> None:
         if not self._paused:
-            self._paused = True
+            self._paused = self.parts.watch.paused = True
             if self.upstream is not None:
                 self.upstream.pause_reading()
 

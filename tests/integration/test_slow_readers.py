@@ -110,3 +110,20 @@ async def test_fifty_clients_that_stop_reading_stay_under_the_cap_and_healthz_an
     records = await logs.wait(streams, timeout=15)
     assert {r["interruption"]["reason"] for r in records} == {"client_disconnected"}
     assert held.total == 0
+
+
+async def test_a_client_that_stops_reading_longer_than_the_idle_timeout_is_not_an_idle_upstream(
+    upstream, make_proxy, logs
+) -> None:
+    """The upstream is silent only because the proxy paused it for its client: no cut."""
+    fake, _ = upstream
+    body = blocks(320)
+    fake.script(PATH, Script([Send(b) for b in body]))
+    client = await make_proxy(max_client_held_bytes=MARK, idle_timeout=0.3)
+    resp = await client.post(PATH, json={"stream": True})
+    got = await resp.content.readexactly(1024)
+    await asyncio.sleep(1.0)  # three idle timeouts without reading
+    got += await resp.read()
+    assert got == b"".join(body)
+    [record] = await logs.wait(1)
+    assert record["http_complete"] is True and record["interruption"]["reason"] == "upstream_closed"

@@ -147,3 +147,15 @@ async def test_a_client_gone_before_a_direct_write_aborts_the_upstream() -> None
     ended = await asyncio.gather(task, return_exceptions=True)
     assert isinstance(ended[0], Ended) and ended[0].reason is EndReason.CLIENT_DISCONNECTED
     assert client.received == b"data: 1\n\n"
+
+
+async def test_the_idle_timeout_does_not_run_while_the_client_holds_the_upstream() -> None:
+    expired: list[float] = []
+    watch = IdleWatch(0.05, lambda: expired.append(time.monotonic()))
+    watch.paused = True  # the relay paused the upstream for a client that does not read
+    await asyncio.sleep(0.15)
+    assert expired == []
+    watch.paused, watch.last = False, time.monotonic()  # reading again: a new period
+    await asyncio.sleep(0.2)
+    assert len(expired) == 1
+    watch.stop()
