@@ -202,13 +202,9 @@ class Relay:
             parts.capture.chunk(chunk, arrived)
         if self._direct:
             try:
-                if not parts.delivery.write_now(chunk):
-                    # It did arrive, though the client will never see it.
-                    self._account(arrived, arrived, len(chunk), parts.tap.feed(chunk))
+                if not self._write_now(chunk, arrived, arrived):
                     self._client_gone()
-                    return
-                self._account(arrived, arrived, len(chunk), parts.tap.feed(chunk))
-                if self._pressed():
+                elif self._pressed():
                     self._direct = False
                     self._pause()
                     self._notify()
@@ -283,23 +279,37 @@ class Relay:
             else:
                 await self._perform(out)
 
-    async def _emit(self, out: bytes, arrived: float) -> float:
-        """Write one piece to the client, then account for it; returns when it was written."""
+    def _write_now(self, out: bytes, arrived: float, now: float) -> bool:
+        """The work for one chunk on every path that writes at once: write it, feed the tap,
+        account for it. False when the client's connection is gone (nothing was written)."""
         parts = self.parts
-        delivery, tap = parts.delivery, parts.tap
+        written = parts.delivery.write_now(out)
+        # Fed and counted even when not written: these bytes did arrive.
+        self._account(arrived, now, len(out), parts.tap.feed(out))
+        return written
+
+    async def _emit(self, out: bytes, arrived: float) -> float:
+        """Write one piece to the client from the task, then account for it; returns when it
+        was written."""
+        parts = self.parts
+        delivery = parts.delivery
         try:
             if delivery.direct and delivery.started:
-                if not delivery.write_now(out):
+                now = time.monotonic()
+                if not self._write_now(out, arrived, now):
                     raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
                 if delivery.held() > self.mark:
                     await delivery.drain()
+                    now = time.monotonic()
+                    parts.timings.resumed(now)
             else:
-                await delivery.write(out)
+                try:
+                    await delivery.write(out)
+                finally:  # counted even when the write failed: these bytes did arrive
+                    now = time.monotonic()
+                    self._account(arrived, now, len(out), parts.tap.feed(out))
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
-        finally:  # counted even when the write failed: these bytes did arrive
-            now = time.monotonic()
-            self._account(arrived, now, len(out), tap.feed(out))
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
             parts.view.client_wait(now - delivery.last_wait, now)
         return now
