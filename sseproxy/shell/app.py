@@ -58,7 +58,8 @@ class ProxyState:
     body_bytes: int = 0  # request body bytes held by requests in flight
     shutting_down: bool = False
     pool: UpstreamPool | None = None
-    held: HeldBytes = field(default_factory=lambda: HeldBytes(0))  # bytes held for clients
+    # Response bytes held for clients, against max_held_bytes.
+    held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
 
 
@@ -289,8 +290,13 @@ def create_app(
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
-    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
-    app[STATE].held = HeldBytes(settings.max_held_bytes)
+    app[STATE] = ProxyState(
+        Metrics(models, routes),
+        inspector,
+        captures,
+        tracing,
+        held=HeldBytes(settings.max_held_bytes),
+    )
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
