@@ -294,6 +294,32 @@ async def test_no_head_in_time_is_an_idle_timeout_and_the_connection_is_dropped(
         assert pool.stats.opened == 1 and pool._idle == {}
 
 
+async def test_closing_the_pool_ends_what_is_under_way_as_a_shutdown() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        if n == 1:
+            writer.write(CHUNKED_HEAD + b"9\r\ndata: a\n\n\r\n")
+        await asyncio.sleep(1)
+
+    async with Server(handler) as server:
+        pool = UpstreamPool(connect_timeout=2)
+        streaming = Receiver()
+        await pool.request("GET", server.url(), [], b"", streaming, head_timeout=5)
+        waiting = asyncio.create_task(
+            pool.request("GET", server.url(), [], b"", Receiver(), head_timeout=5)
+        )
+        while server.connections < 2:
+            await asyncio.sleep(0.01)
+        await pool.close()
+        end = await streaming.end()
+        assert (end.complete, end.reason) == (False, EndReason.PROXY_SHUTDOWN)
+        with pytest.raises(UpstreamFailed) as failed:
+            await waiting
+        assert failed.value.reason is EndReason.PROXY_SHUTDOWN
+        with pytest.raises(UpstreamFailed):
+            await pool.request("GET", server.url(), [], b"", Receiver(), head_timeout=5)
+
+
 async def test_a_refused_connection_is_unreachable(pool: UpstreamPool) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
