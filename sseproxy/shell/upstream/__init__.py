@@ -21,6 +21,7 @@ from .legacy_aiohttp import (
     new_session,
     refusal,
 )
+from .parser import Framing
 from .pool import UpstreamPool
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "BodyReceiver",
     "EgressProxy",
     "ForwardingRequest",
+    "Framing",
     "IsolatedConnector",
     "IsolatedHandler",
     "Limits",

@@ -242,6 +242,7 @@ class UpstreamResponse:
         self.reason = head.reason
         self.version = head.version
         self.raw_headers = head.raw_headers
+        self.framing = head.framing  # how the body's end is known (length, chunked, close)
         self.headers = CIMultiDictProxy(
             CIMultiDict(
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))

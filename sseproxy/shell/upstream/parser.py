@@ -33,7 +33,7 @@ class Framing(Enum):
     LENGTH = "content-length"
     CHUNKED = "chunked"
     CLOSE = "close"  # no length, not chunked: the connection's close ends the body
-    NONE = "none"  # HEAD, 204, 304: the head is the whole response
+    NONE = "none"  # HEAD, 204, 304, Content-Length: 0: the head is the whole response
 
 
 @dataclass(frozen=True, slots=True)
