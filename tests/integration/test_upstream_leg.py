@@ -294,6 +294,32 @@ async def test_no_head_in_time_is_an_idle_timeout_and_the_connection_is_dropped(
         assert pool.stats.opened == 1 and pool._idle == {}
 
 
+async def test_closing_the_pool_ends_what_is_under_way_as_a_shutdown() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        if n == 1:
+            writer.write(CHUNKED_HEAD + b"9\r\ndata: a\n\n\r\n")
+        await asyncio.sleep(1)
+
+    async with Server(handler) as server:
+        pool = UpstreamPool(connect_timeout=2)
+        streaming = Receiver()
+        await pool.request("GET", server.url(), [], b"", streaming, head_timeout=5)
+        waiting = asyncio.create_task(
+            pool.request("GET", server.url(), [], b"", Receiver(), head_timeout=5)
+        )
+        while server.connections < 2:
+            await asyncio.sleep(0.01)
+        await pool.close()
+        end = await streaming.end()
+        assert (end.complete, end.reason) == (False, EndReason.PROXY_SHUTDOWN)
+        with pytest.raises(UpstreamFailed) as failed:
+            await waiting
+        assert failed.value.reason is EndReason.PROXY_SHUTDOWN
+        with pytest.raises(UpstreamFailed):
+            await pool.request("GET", server.url(), [], b"", Receiver(), head_timeout=5)
+
+
 async def test_a_refused_connection_is_unreachable(pool: UpstreamPool) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -472,6 +498,53 @@ async def test_a_refused_connect_is_unreachable() -> None:
             await pool.close()
         assert failed.value.reason is EndReason.UPSTREAM_UNREACHABLE
         assert "407" in failed.value.cause
+
+
+async def test_the_connect_timeout_covers_a_proxy_that_never_answers_connect() -> None:
+    gave_up = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the pool gives up and closes
+        writer.close()
+        await writer.wait_closed()
+        gave_up.set()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = UpstreamPool(connect_timeout=0.2, environ={"HTTP_PROXY": f"127.0.0.1:{port}"})
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(UpstreamFailed) as failed:
+            await fetch(pool, URL("http://127.0.0.1:9/"))
+        assert asyncio.get_running_loop().time() - started < 1
+        assert failed.value.reason is EndReason.UPSTREAM_UNREACHABLE
+        assert "within 0.2 s" in failed.value.cause
+        await asyncio.wait_for(gave_up.wait(), 5)
+    finally:
+        await pool.close()
+        server.close()
+
+
+async def test_connections_are_made_with_happy_eyeballs(
+    pool: UpstreamPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, object]] = []
+    create = loop.create_connection
+
+    async def recording(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return await create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "create_connection", recording)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer("ok"))
+
+    async with Server(handler) as server:
+        await fetch(pool, server.url())
+    assert [kwargs.get("happy_eyeballs_delay") for kwargs in seen] == [0.25]
 
 
 async def test_no_proxy_goes_direct() -> None:

@@ -10,7 +10,7 @@ import errno
 import pytest
 
 from sseproxy.core import EndReason
-from sseproxy.shell.upstream import UpstreamEnd, UpstreamFailed, UpstreamResponse
+from sseproxy.shell.upstream import Framing, UpstreamEnd, UpstreamFailed, UpstreamResponse
 from sseproxy.shell.upstream.connection import PoolStats, UpstreamConnection
 
 
@@ -208,6 +208,17 @@ async def test_a_bodiless_response_alone_leaves_its_connection_reusable() -> Non
     await s.respond(b"HTTP/1.1 204 No Content\r\n\r\n")
     await settle()
     assert s.receiver.ends[0].complete and s.released == [True] and s.conn.usable
+
+
+async def test_the_response_says_its_head() -> None:
+    s = Setup()
+    response = await s.respond(
+        b"HTTP/1.1 201 Made\r\nX-Id: a\r\nx-id: b\r\ncontent-length: 0\r\n\r\n"
+    )
+    assert (response.status, response.reason, response.version) == (201, "Made", (1, 1))
+    assert response.raw_headers == ((b"X-Id", b"a"), (b"x-id", b"b"), (b"content-length", b"0"))
+    assert response.headers.getall("X-ID") == ["a", "b"]
+    assert response.framing is Framing.NONE
 
 
 async def test_any_byte_on_an_idle_connection_poisons_it() -> None:

@@ -13,6 +13,7 @@ from .connection import PoolStats, UpstreamResponse
 from .egress import EgressProxy, ProxySettings
 from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
 from .headers import HOP_BY_HOP, REQUEST_DROP, forwardable, head_refusal, upstream_url
+from .parser import Framing
 from .pool import UpstreamPool
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "REQUEST_DROP",
     "BodyReceiver",
     "EgressProxy",
+    "Framing",
     "Limits",
     "PoolStats",
     "ProxySettings",

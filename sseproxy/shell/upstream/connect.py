@@ -32,12 +32,20 @@ def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     return context
 
 
+# Per loop class (asyncio's, uvloop's): what its create_connection takes, looked up once.
+_OPTIONS: dict[type, dict[str, Any]] = {}
+
+
 def _connect_options(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
-    # uvloop's create_connection has no happy-eyeballs argument (it tries addresses in turn).
-    parameters = inspect.signature(loop.create_connection).parameters
-    if "happy_eyeballs_delay" in parameters:
-        return {"happy_eyeballs_delay": HAPPY_EYEBALLS_DELAY}
-    return {}
+    options = _OPTIONS.get(type(loop))
+    if options is None:
+        # uvloop's create_connection has no happy-eyeballs argument (it tries in turn).
+        parameters = inspect.signature(loop.create_connection).parameters
+        options = {}
+        if "happy_eyeballs_delay" in parameters:
+            options["happy_eyeballs_delay"] = HAPPY_EYEBALLS_DELAY
+        _OPTIONS[type(loop)] = options
+    return options
 
 
 class _Tunnel(asyncio.Protocol):

@@ -108,6 +108,13 @@ class UpstreamConnection(asyncio.Protocol):
             self.stats.poisoned += 1
         self.close()
 
+    def shut_down(self) -> None:
+        """Close, ending the exchange under way (if any) as the proxy's shutdown."""
+        exchange = self.exchange
+        if exchange is not None and exchange.ended is None:
+            exchange.fail(EndReason.PROXY_SHUTDOWN, "the proxy is shutting down")
+        self.close()
+
     def close(self) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
@@ -235,6 +242,7 @@ class UpstreamResponse:
         self.reason = head.reason
         self.version = head.version
         self.raw_headers = head.raw_headers
+        self.framing = head.framing  # how the body's end is known (length, chunked, close)
         self.headers = CIMultiDictProxy(
             CIMultiDict(
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))

@@ -46,6 +46,8 @@ class UpstreamEnd:
     trailers: tuple[tuple[bytes, bytes], ...] = ()
     # Bytes that came after the message completed, in the read that completed it (later ones
     # are counted by the pool: `PoolStats.bytes_after_response`). Any poisons the connection.
+    # Empty lines right after a chunked end are not counted: llhttp skips them, as it does
+    # between messages, and they can answer no request.
     bytes_after_end: int = 0
 
 

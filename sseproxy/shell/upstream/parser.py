@@ -33,7 +33,7 @@ class Framing(Enum):
     LENGTH = "content-length"
     CHUNKED = "chunked"
     CLOSE = "close"  # no length, not chunked: the connection's close ends the body
-    NONE = "none"  # HEAD, 204, 304: the head is the whole response
+    NONE = "none"  # HEAD, 204, 304, Content-Length: 0: the head is the whole response
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +165,10 @@ class ResponseParser:
         # Fed whole: scanning every read for CRLF CRLF would cost more than parsing it.
         self._read_body = 0
         trailer_bytes = self._trailer_bytes
+        tail, self._tail = self._tail, data[-3:]  # an end may straddle two reads
         self._execute(data)
         if self.complete:
-            return self._past_chunked_end(data) if self._stray else b""
+            return self._past_chunked_end(data, tail) if self._stray else b""
         if self._read_body or self._trailer_bytes != trailer_bytes:
             self._stall = 0
             return b""
@@ -176,13 +177,13 @@ class ResponseParser:
             self._fail(f"over {self._limits.chunk_line_bytes} bytes of chunk framing without body")
         return b""
 
-    def _past_chunked_end(self, data: bytes) -> bytes:
+    def _past_chunked_end(self, data: bytes, tail: bytes) -> bytes:
         """The bytes after the end, in the read that completed a chunked body and went on
         (rare: a misbehaving upstream). The end is the first CRLF CRLF past this read's body
         size that closes a last chunk (`0`, trailers); failing that, the first past it. At
         least one byte is returned: something did follow.
         """
-        self._tail = b""
+        self._tail = tail
         ends = [end for end in self._ends(data) if end >= self._read_body]
         for end in ends:
             if _LAST_CHUNK.search(data, 0, end):

@@ -89,22 +89,21 @@ class UpstreamPool:
             async with asyncio.timeout(head_timeout):
                 head = await exchange.head
         except TimeoutError:
-            if exchange.head.cancelled():  # ours, not an upstream's
-                _abandon(exchange, EndReason.IDLE_TIMEOUT)
-                raise UpstreamFailed(
-                    EndReason.IDLE_TIMEOUT, f"no response head within {head_timeout} s"
-                ) from None
-            raise
+            _abandon(exchange, EndReason.IDLE_TIMEOUT)
+            raise UpstreamFailed(
+                EndReason.IDLE_TIMEOUT, f"no response head within {head_timeout} s"
+            ) from None
         except asyncio.CancelledError:
             _abandon(exchange, EndReason.CLIENT_DISCONNECTED)
             raise
         return UpstreamResponse(exchange, head)
 
     async def close(self) -> None:
-        """Close every connection, idle or busy; later requests fail."""
+        """Close every connection, idle or busy (a response under way ends as PROXY_SHUTDOWN);
+        later requests fail."""
         self._closed = True
         for conn in list(self._keys):
-            conn.close()
+            conn.shut_down()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -188,6 +187,8 @@ class UpstreamPool:
 
 def _abandon(exchange: Exchange, reason: EndReason) -> None:
     """request() gave up before the head: close the connection; nobody hears of an end."""
+    if exchange.ended is not None:
+        return
     exchange.ended = UpstreamEnd(complete=False, reason=reason)
     exchange.conn.close()
     exchange.conn.finished(exchange, reusable=False)
