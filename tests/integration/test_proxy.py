@@ -111,7 +111,9 @@ async def test_upstream_reset_mid_stream(relay_mode, upstream, make_proxy, logs)
     [record] = await wait_for_records(logs)
     assert record["state"] == "interrupted"
     assert record["interruption"]["reason"] == "upstream_reset"
-    assert record["max_gap_ms"] >= 50  # the silence before the reset
+    # The silence before the reset: measured from the first chunk's delivery to the client,
+    # so the proxy's own few milliseconds of delivering it are not in it.
+    assert record["max_gap_ms"] >= 45
 
 
 async def test_clean_http_end_without_terminal_is_still_interrupted(
