@@ -96,7 +96,8 @@ class Drill:
 class IdleWatch:
     """Calls `on_expiry` after `timeout` seconds without an upstream byte.
 
-    The relay only stores the time of each chunk in `last`; one timer per idle period checks
+    The relay only stores the time of each chunk in `last` (as it arrives, then as it is
+    written: the record's gaps are measured from the write); one timer per idle period checks
     it. (A timer re-armed per chunk costs more than all of the analysis.) While the relay has
     paused the upstream for its client (`paused`), the upstream's silence is the client's
     doing: the period starts again when reading resumes.
@@ -286,6 +287,7 @@ class Relay:
         written = parts.delivery.write_now(out)
         # Fed and counted even when not written: these bytes did arrive.
         self._account(arrived, now, len(out), parts.tap.feed(out))
+        parts.watch.last = now
         return written
 
     async def _emit(self, out: bytes, arrived: float) -> float:
@@ -306,7 +308,7 @@ class Relay:
                 try:
                     await delivery.write(out)
                 finally:  # counted even when the write failed: these bytes did arrive
-                    now = time.monotonic()
+                    now = parts.watch.last = time.monotonic()
                     self._account(arrived, now, len(out), parts.tap.feed(out))
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
