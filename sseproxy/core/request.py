@@ -37,6 +37,7 @@ class RequestFacts:
     stream_framing: bool = False
     choices: int | None = None
     include_usage: bool = False
+    rpc_id: str | int | None = None  # a JSON-RPC request's `id` (MCP): its response ends it
 
 
 def parse_body(body: bytes) -> Any:
@@ -73,12 +74,16 @@ def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> Requ
     )
     options = fields.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    rpc_id = fields.get("id") if fields.get("jsonrpc") == "2.0" else None
+    if not isinstance(rpc_id, str | int) or isinstance(rpc_id, bool):
+        rpc_id = None
     return RequestFacts(
         model=model,
         stream=stream,
         stream_framing=bool(stream) and framing,
         choices=choices,
         include_usage=bool(stream) and include_usage,
+        rpc_id=rpc_id,
     )
 
 

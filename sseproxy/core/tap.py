@@ -31,6 +31,7 @@ from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from .jsonvalue import loads
 from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
 from .request import RequestFacts
+from .resume import EventRecorder, LedgerEvent
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
 __all__ = ["Framing", "StreamTap", "TapOptions"]
@@ -61,6 +62,8 @@ class TapOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+    # Events whose cursor and hash a resumable stream records for the resume ledger (0: none).
+    ledger_events: int = 0
     strict: bool = False
 
 
@@ -79,6 +82,12 @@ class StreamTap:
         self.dialect = dialect
         self.assembler: Assembler | None = (
             new_assembler(dialect, self.options.content_chars) if dialect else None
+        )
+        if self.assembler is not None:
+            self.assembler.expect(self.request)
+        # Dropped once the dialect is known not to be resumable (its fast path stays on).
+        self._recorder: EventRecorder | None = (
+            EventRecorder(self.options.ledger_events) if self.options.ledger_events > 0 else None
         )
         self.bytes = 0
         self.events = 0
@@ -153,7 +162,14 @@ class StreamTap:
         deltas = self._analyse_slice(chunk)
         reader = self._reader
         if (
+            self._recorder is not None
+            and self.assembler is not None
+            and not spec_for(self.assembler.dialect).resumable
+        ):
+            self._recorder = None
+        if (
             type(reader) is SSEReader
+            and self._recorder is None  # the direct path builds no event to record
             and self.assembler is not None
             and self._decoder is not None
             and self._decoder.identity
@@ -292,6 +308,11 @@ class StreamTap:
     # -- events -----------------------------------------------------------------------------
 
     def on_frames(self, frames: list[Frame]) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            for frame in frames:
+                if type(frame) is not Comment:
+                    recorder.record(frame)  # type: ignore[arg-type]
         assembler = self.assembler
         if assembler is None:
             for frame in frames:
@@ -362,6 +383,7 @@ class StreamTap:
     def _adopt(self, dialect: Dialect) -> Assembler:
         self.dialect = dialect
         assembler = self.assembler = new_assembler(dialect, self.options.content_chars)
+        assembler.expect(self.request)
         for pending in self._pending_events:
             assembler.on_event(pending)
         self._pending_events = []
@@ -501,6 +523,16 @@ class StreamTap:
         return state
 
     # -- for callers that want more than the verdict ----------------------------------------
+
+    def ledger(self) -> tuple[LedgerEvent, ...]:
+        """The recorded events of a resumable stream (its last `ledger_events`), else ()."""
+        return tuple(self._recorder.events) if self._recorder is not None else ()
+
+    @property
+    def retry_ms(self) -> int | None:
+        """The SSE `retry:` the stream set: how long a client should wait to reconnect."""
+        reader = self._reader
+        return reader.decoder.retry if type(reader) is SSEReader else None
 
     @property
     def retained_bytes(self) -> int:

@@ -399,4 +399,5 @@ SPEC = DialectSpec(
         str(obj.get("type")).startswith("response.") or obj.get("object") == "response"
     ),
     otel_provider="openai",
+    resumable=True,  # background responses resume with `starting_after`
 )
