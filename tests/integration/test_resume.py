@@ -5,6 +5,7 @@ reconnects, a retry after a cut, and the MCP Streamable HTTP dialect's states.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -23,10 +24,8 @@ async def call(
     """One request read to its end (a cut body is read as far as it goes); its record."""
     before = len(logs.records())
     async with client.request(method, path, data=body, headers=headers) as response:
-        try:
+        with contextlib.suppress(aiohttp.ClientPayloadError):  # the cut the test scripted
             await response.read()
-        except aiohttp.ClientPayloadError:
-            pass  # the cut the test scripted
     return (await logs.wait(before + 1))[-1]
 
 
@@ -117,9 +116,7 @@ async def test_responses_resume_that_rewrites_an_event_is_divergent(proxy, upstr
     assert (record["resume"]["verdict"], record["resume"]["diverged"]) == ("divergent", ["3"])
 
 
-async def test_responses_resume_of_a_response_never_seen_is_unknown_origin(
-    proxy, upstream, logs
-):
+async def test_responses_resume_of_a_response_never_seen_is_unknown_origin(proxy, upstream, logs):
     fake, _ = upstream
     record = await responses_resume(proxy, fake, logs, 3, rev(4), COMPLETED)
     assert record["resume"]["verdict"] == "unknown_origin" and record["resume"]["of"] is None
@@ -134,9 +131,7 @@ async def test_an_empty_resumed_stream_is_a_gap_on_its_own(proxy, upstream, logs
     assert (record["resume"]["verdict"], record["resume"]["missing"]) == ("gap", ["2", "3"])
 
 
-async def test_sending_the_request_again_after_a_cut_is_a_retry_not_a_resume(
-    proxy, upstream, logs
-):
+async def test_sending_the_request_again_after_a_cut_is_a_retry_not_a_resume(proxy, upstream, logs):
     fake, _ = upstream
     original = await responses_original(proxy, fake, logs)
     fake.script("/v1/responses", Script([Send(CREATED + rev(1) + COMPLETED)], headers=SSE))
@@ -183,7 +178,9 @@ def sev(n: int, data: str | None = None) -> bytes:
 
 
 async def sse_original(client: Any, upstream: FakeUpstream, logs: Any) -> dict[str, Any]:
-    upstream.script("/events", Script([Send(sev(1) + sev(2) + sev(3) + sev(4)), Close()], headers=SSE))
+    upstream.script(
+        "/events", Script([Send(sev(1) + sev(2) + sev(3) + sev(4)), Close()], headers=SSE)
+    )
     record = await call(client, logs, "GET", "/events")
     assert (record["state"], record["last_event_id"]) == ("interrupted", "4")
     return record
@@ -272,7 +269,10 @@ async def test_the_ledger_forgets_after_its_time(make_proxy, upstream, logs):
 # -- MCP Streamable HTTP ---------------------------------------------------------------------
 
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e"}})
-SESSION = {"Mcp-Session-Id": "sess-9", "Authorization": "Bearer mcp-secret-token-123456"}
+SESSION = {
+    "Mcp-Session-Id": "sess-0123456789abcdef",
+    "Authorization": "Bearer mcp-secret-token-123456",
+}
 
 
 def mev(event_id: str, message: dict[str, Any] | None) -> bytes:
@@ -298,7 +298,7 @@ async def test_mcp_result_completes_and_names_the_session_never_the_authorizatio
     fake, _ = upstream
     record = await mcp_call(proxy, fake, logs, Send(PRIME + PROGRESS + RESULT))
     assert (record["dialect"], record["state"]) == ("mcp", "completed")
-    assert (record["mcp_session_id"], record["sse_retry_ms"]) == ("sess-9", 5000)
+    assert (record["mcp_session_id"], record["sse_retry_ms"]) == ("sess-0123456789abcdef", 5000)
     assert "mcp-secret-token-123456" not in json.dumps(logs.records())
 
 
