@@ -30,7 +30,7 @@ class RequestFacts:
     """`stream`: the request asked for a streamed response (None: cannot tell).
     `stream_framing`: that stream is expected as SSE or NDJSON, not one JSON document (Gemini
     without `alt=sse` streams a JSON array). `choices`: `n`; `include_usage`: Chat's
-    `stream_options.include_usage`."""
+    `stream_options.include_usage`; `rpc_id` and `background`: see the fields."""
 
     model: str | None = None
     stream: bool | None = None
@@ -38,6 +38,7 @@ class RequestFacts:
     choices: int | None = None
     include_usage: bool = False
     rpc_id: str | int | None = None  # a JSON-RPC request's `id` (MCP): its response ends it
+    background: bool = False  # Responses `background: true`: its stream can be resumed
 
 
 def parse_body(body: bytes) -> Any:
@@ -84,6 +85,7 @@ def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> Requ
         choices=choices,
         include_usage=bool(stream) and include_usage,
         rpc_id=rpc_id,
+        background=fields.get("background") is True,
     )
 
 

@@ -26,6 +26,7 @@ DEFAULT_LEDGER_EVENTS = 1024
 MAX_MISSING_LISTED = 32
 # Bytes of the digest: 8 bytes tells rewritten data apart with certainty for this purpose.
 DIGEST_BYTES = 8
+SEARCHED_BYTES = 256
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
 
 
@@ -51,6 +52,17 @@ def digest(data: bytes) -> str:
 EMPTY_DIGEST = digest(b"")
 
 
+def sequence_number(raw: bytes) -> re.Match[bytes] | None:
+    """The top-level `sequence_number` of a Responses event: the API writes it right after
+    `type`, older recordings last; only those ends are searched (a snapshot event can hold
+    megabytes of output between them)."""
+    if raw[:1] != b"{":
+        return None
+    return _SEQUENCE.search(raw, 0, SEARCHED_BYTES) or _SEQUENCE.search(
+        raw, max(0, len(raw) - SEARCHED_BYTES)
+    )
+
+
 class EventRecorder:
     """The last `cap` events of one stream as `LedgerEvent`s (memory bounded by `cap`)."""
 
@@ -63,7 +75,7 @@ class EventRecorder:
 
     def record(self, event: SSEEvent) -> None:
         self.seen += 1
-        found = _SEQUENCE.search(event.raw, 0, 256) if event.raw[:1] == b"{" else None
+        found = sequence_number(event.raw)
         self.events.append(
             LedgerEvent(
                 self.seen,

@@ -149,6 +149,8 @@ class StreamTap:
                             return assembler.content_deltas - before
                 event = sse.whole_event(chunk)
                 if event is not None:  # the usual chunk: one event, nothing held
+                    if self._recorder is not None:
+                        self._recorder.record(event)
                     assembler.on_event(event)
                     self.events += 1
                     return assembler.content_deltas - before
@@ -164,12 +166,11 @@ class StreamTap:
         if (
             self._recorder is not None
             and self.assembler is not None
-            and not spec_for(self.assembler.dialect).resumable
+            and not spec_for(self.assembler.dialect).resumable(self.request)
         ):
             self._recorder = None
         if (
             type(reader) is SSEReader
-            and self._recorder is None  # the direct path builds no event to record
             and self.assembler is not None
             and self._decoder is not None
             and self._decoder.identity
@@ -179,6 +180,7 @@ class StreamTap:
             take_block = (
                 assembler.take_block
                 if type(assembler).take_block is not Assembler.take_block
+                and self._recorder is None  # a block taken whole builds no event to record
                 else None
             )
             self._direct = (reader.decoder, assembler, take_block)

@@ -4,8 +4,13 @@ the shell's bounded ledger of ended streams (shell/ledger.py)."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sseproxy.core import Dialect, EndReason, State, StreamTap, TapOptions
+from sseproxy.core.request import RequestFacts, request_facts
 from sseproxy.core.resume import (
     MAX_MISSING_LISTED,
     LedgerEvent,
@@ -18,6 +23,8 @@ from sseproxy.core.resume import (
     shared_prefix_chars,
 )
 from sseproxy.shell.ledger import Ended, Ledger, LedgerLimits, body_key, resumption
+from tests.corpus import file as corpus
+from tests.streams import cut, random_split
 
 
 def ev(n: int, data: str | None = None, event_id: str | None = None) -> LedgerEvent:
@@ -208,3 +215,57 @@ def test_a_ledger_of_no_streams_links_nothing() -> None:
 def test_body_key_tells_requests_apart() -> None:
     assert body_key("POST", "/a", b"x") == body_key("POST", "/a", b"x")
     assert body_key("POST", "/a", b"x") != body_key("POST", "/ax", b"")
+
+
+RESPONSES_BODIES = [
+    corpus(name)
+    for name in (
+        "openai-responses/text-basic.sse",
+        "openai-responses/function-call.sse",
+        "openai-responses/derived-cut-after-delta.sse",
+    )
+]
+
+
+def test_only_a_background_responses_stream_is_recorded() -> None:
+    body = RESPONSES_BODIES[0]
+    asked = request_facts("/v1/responses", "", b'{"stream": true, "background": true}')
+    plain = request_facts("/v1/responses", "", b'{"stream": true}')
+    taps = [
+        StreamTap(Dialect.OPENAI_RESPONSES, options=TapOptions(ledger_events=64), request=r)
+        for r in (asked, plain)
+    ]
+    for tap in taps:
+        for piece in random_split(body, 1, 300):
+            tap.feed(piece)
+    recorded, skipped = (tap.ledger() for tap in taps)
+    assert len(recorded) == body.count(b"\n\n") and skipped == ()
+
+
+@given(st.sampled_from(RESPONSES_BODIES), st.lists(st.integers(min_value=0), max_size=10))
+def test_recording_changes_no_verdict_under_any_chunking(body: bytes, points: list[int]) -> None:
+    """The recorder turns the block shortcut off: the verdict stays the one it gives."""
+
+    def verdict(ledger_events: int, chunks: list[bytes]) -> Any:
+        tap = StreamTap(
+            Dialect.OPENAI_RESPONSES,
+            options=TapOptions(ledger_events=ledger_events, strict=True),
+            request=RequestFacts(stream=None),
+        )
+        for chunk in chunks:
+            tap.feed(chunk)
+        return tap.close(EndReason.UPSTREAM_CLOSED), tap.ledger()
+
+    whole, recorded = verdict(64, [body])
+    assert verdict(0, cut(body, points))[0] == whole
+    assert verdict(64, cut(body, points)) == (whole, recorded)
+
+
+def test_a_sequence_number_is_found_first_or_last_never_in_between() -> None:
+    big = "x" * 1000
+    first = json.dumps({"type": "t", "sequence_number": 7, "response": {"output": big}})
+    last = json.dumps({"type": "t", "response": {"output": big}, "sequence_number": 8})
+    nested = json.dumps({"type": "t", "a": big, "b": {"sequence_number": 9}, "c": big})
+    tap = StreamTap(Dialect.SSE, options=TapOptions(ledger_events=8))
+    tap.feed(b"".join(f"data: {d}\n\n".encode() for d in (first, last, nested)))
+    assert [e.sequence for e in tap.ledger()] == [7, 8, None]

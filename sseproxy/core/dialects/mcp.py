@@ -141,5 +141,5 @@ SPEC = DialectSpec(
     sniff=lambda obj: obj.get("jsonrpc") == "2.0",
     otel_operation=None,
     disconnect_cancels=False,
-    resumable=True,
+    resumable=lambda asked: True,  # a cut stream resumes with GET + Last-Event-ID
 )

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..events import Framing, SSEEvent
 from ..eventstream import EventMessage
+from ..request import RequestFacts
 from ..verdict import Dialect
 from .base import Assembler
 
@@ -88,9 +89,10 @@ class DialectSpec:
     output_includes_reasoning: bool = True
     # The client leaving before the end is a cancellation (MCP says a disconnect is not one).
     disconnect_cancels: bool = True
-    # A cut stream can be resumed from an event cursor (SSE `id`, `sequence_number`): the
-    # tap records each event's cursor and hash for the shell's resume ledger.
-    resumable: bool = False
+    # Whether a response to this request can be resumed from an event cursor (SSE `id`,
+    # `sequence_number`): the tap then records each event's cursor and hash for the shell's
+    # resume ledger (and gives up the shortcut `take_block`, which builds no event).
+    resumable: Callable[[RequestFacts], bool] = lambda asked: False
 
     def matches_path(self, path: str) -> bool:
         return (bool(self.path_suffixes) and path.endswith(self.path_suffixes)) or any(
