@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, TapOptions
 from sseproxy.core.dialects import detect, sniff_body
 from sseproxy.core.dialects.mcp import session_findings
+from sseproxy.core.inject import Injector, Write, parse_rules
 from sseproxy.core.request import request_facts
 from sseproxy.core.verdict import with_transport
 from tests.streams import cut, verdict_of
@@ -150,3 +151,25 @@ def test_any_chunking_gives_the_same_verdict(data: bytes, points: list[int]) -> 
         return tap.close(EndReason.UPSTREAM_CLOSED), tap.ledger(), tap.retry_ms
 
     assert run(cut(data, points)) == run([data])
+
+
+def drill(rules: str, data: bytes) -> bytes:
+    injector = Injector(parse_rules(rules), MCP)
+    steps = []
+    for i in range(0, len(data), 11):
+        steps += injector.feed(data[i : i + 11])
+    steps += injector.finish()
+    return b"".join(s.data for s in steps if isinstance(s, Write))
+
+
+def test_drill_drop_terminal_leaves_no_response() -> None:
+    """The server closed before the response: a client reconnects for it, so nothing here
+    confirms an answer (and nothing was cut)."""
+    v = mcp(drill("drop-terminal", PRIMING + PROGRESS + RESULT))
+    assert (v.state, v.last_event) == (State.UNCONFIRMED, "notifications/progress")
+
+
+def test_drill_inject_error_fails() -> None:
+    v = mcp(drill("inject-error=1", PRIMING + PROGRESS + RESULT))
+    assert v.state is State.FAILED and v.error is not None
+    assert v.error.code == "-32603"

@@ -70,7 +70,10 @@ class McpAssembler(Assembler):
         if "result" not in message and "error" not in message:
             self.anomalies["unexpected_payload"] += 1
             return
-        if self.expected is not None and ident(message.get("id")) != self.expected:
+        rid = ident(message.get("id"))
+        # An error with a null id answers a request the server could not read: this one.
+        unread = rid is None and "error" in message
+        if self.expected is not None and rid != self.expected and not unread:
             self.last_event = "response"
             self.anomalies["unexpected_payload"] += 1  # a response to another request
             return
