@@ -235,8 +235,17 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse swallows an error writing its help; a help longer than stdout's buffer is
+    written before the end, so a reader that had left (`| head`) went unnoticed and the
+    command ended 0. The broken pipe is let through, to end as EXIT_BROKEN_PIPE."""
+
+    def print_help(self, file: Any = None) -> None:
+        (file or sys.stdout).write(self.format_help())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sseproxy",
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )
