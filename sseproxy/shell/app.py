@@ -126,8 +126,6 @@ def finish(
 def link(state: ProxyState, ledger: Ledger, x: Exchange, verdict: Verdict) -> Links:
     """Link a resumed or re-sent request to its original (the ledger keeps this one too); a
     failure here costs the link, never the record. The metrics count links from the record."""
-    if ledger.limits.streams <= 0:
-        return Links()
     try:
         ended = records.ended(x.facts, x.progress, verdict, ledger.keep_text)
         links = ledger.link(ended, time.monotonic())

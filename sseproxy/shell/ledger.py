@@ -38,6 +38,9 @@ MAX_PREFIX_CHARS = 16 * 1024
 # States after which a re-sent request is a retry: the first answer was cut.
 RETRIED_STATES = frozenset({State.INTERRUPTED, State.CANCELLED})
 RESPONSES_SEGMENT = "/responses/"
+# Request bodies hashed to recognise a retry; a larger one is never linked as one (hashing
+# 32 MiB on the event loop would hold every stream for tens of milliseconds).
+MAX_HASHED_BODY_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +59,9 @@ class Kept:
     state: State
     response_id: str | None
     session_id: str | None
-    body_key: str
+    body_key: str | None  # None: too large to be recognised again
     text: str | None  # the answer's first MAX_PREFIX_CHARS code points, when content is kept
+    event_ids: frozenset[str]  # the SSE ids its events carried, for a Last-Event-ID lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +119,11 @@ def resumption(method: str, path: str, headers: Mapping[str, str]) -> Resumption
     return None
 
 
-def body_key(method: str, path: str, body: bytes) -> str:
-    """The identity of a request sent again: its method, target and body."""
+def body_key(method: str, path: str, body: bytes) -> str | None:
+    """The identity of a request sent again: its method, target and body (None beyond
+    MAX_HASHED_BODY_BYTES)."""
+    if len(body) > MAX_HASHED_BODY_BYTES:
+        return None
     h = hashlib.blake2b(digest_size=16)
     for part in (method.encode(), path.encode(), body):
         h.update(len(part).to_bytes(8, "big"))
@@ -156,21 +163,25 @@ class Ledger:
         return list(reversed(self._kept.values()))
 
     def original_of(self, route: str | None, session: str | None, r: Resumption) -> Kept | None:
-        """The newest stream of the same route (and session) that the resume continues."""
+        """The newest stream of the same route (and session) that the resume continues: for
+        Responses, of the streams of that response (the original and earlier resumes), the
+        newest that holds the cursor, else the newest."""
+        if r.response_id is not None:
+            same = [k for k in self.newest() if k.route == route and k.response_id == r.response_id]
+            holding = (k for k in same if any(r.key(e) == r.cursor for e in k.original.events))
+            return next(holding, same[0] if same else None)
         for kept in self.newest():
             if kept.route != route:
                 continue
-            if r.response_id is not None:
-                if kept.response_id == r.response_id:
-                    return kept
-                continue
             if session is not None and kept.session_id not in (None, session):
                 continue
-            if any(r.key(event) == r.cursor for event in kept.original.events):
+            if r.cursor in kept.event_ids:
                 return kept
         return None
 
-    def retried(self, route: str | None, key: str) -> Kept | None:
+    def retried(self, route: str | None, key: str | None) -> Kept | None:
+        if key is None:
+            return None
         for kept in self.newest():
             if kept.route == route and kept.body_key == key:
                 return kept if kept.state in RETRIED_STATES else None
@@ -199,7 +210,17 @@ class Ledger:
                 retry = {"of": kept.original.request_id, "regenerated": True}
                 links = Links(retry={**retry, "shared_prefix_chars": shared})
         original = Original(ended.request_id, ended.events, ended.delivered, ended.retry_ms, now)
+        ids = frozenset(e.event_id for e in ended.events if e.event_id is not None)
         self.keep(
-            Kept(original, ended.route, ended.state, ended.response_id, ended.session_id, key, text)
+            Kept(
+                original,
+                ended.route,
+                ended.state,
+                ended.response_id,
+                ended.session_id,
+                key,
+                text,
+                ids,
+            )
         )
         return links

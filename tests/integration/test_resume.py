@@ -377,3 +377,25 @@ async def test_mcp_slow_stream_still_waits_for_the_response(proxy, upstream, log
     fake, _ = upstream
     record = await mcp_call(proxy, fake, logs, Send(PRIME), Sleep(0.05), Send(RESULT))
     assert record["state"] == "completed" and record["anomalies"] == {}
+
+
+async def test_a_second_resume_is_judged_against_the_stream_holding_its_cursor(
+    proxy, upstream, logs
+):
+    """Cut at 3, resumed and cut again at 5, resumed from 3 again: linked to the original
+    (the stream that holds cursor 3); then resumed from 5, replaying 4 and 5: linked to the
+    resume that holds 5, and a duplicate."""
+    fake, _ = upstream
+    original = await responses_original(proxy, fake, logs)
+    fake.script("/v1/responses/resp_1", Script([Send(rev(4) + rev(5)), Close()], headers=SSE))
+    path = "/v1/responses/resp_1?stream=true&starting_after=3"
+    first = await call(proxy, logs, "GET", path)
+    assert first["state"] == "interrupted"
+    record = await responses_resume(proxy, fake, logs, 3, rev(4), rev(5), rev(6), COMPLETED)
+    assert record["resume"]["of"] == original["request_id"]  # the one that holds cursor 3
+    assert record["resume"]["verdict"] == "continuous"
+    again = await responses_resume(proxy, fake, logs, 5, rev(4), rev(5), rev(6), COMPLETED)
+    assert (again["resume"]["of"], again["resume"]["verdict"]) == (
+        record["request_id"],
+        "duplicate",
+    )

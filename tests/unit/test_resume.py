@@ -22,7 +22,14 @@ from sseproxy.core.resume import (
     link_resume,
     shared_prefix_chars,
 )
-from sseproxy.shell.ledger import Ended, Ledger, LedgerLimits, body_key, resumption
+from sseproxy.shell.ledger import (
+    MAX_HASHED_BODY_BYTES,
+    Ended,
+    Ledger,
+    LedgerLimits,
+    body_key,
+    resumption,
+)
 from tests.corpus import file as corpus
 from tests.streams import cut, random_split
 
@@ -269,3 +276,13 @@ def test_a_sequence_number_is_found_first_or_last_never_in_between() -> None:
     tap = StreamTap(Dialect.SSE, options=TapOptions(ledger_events=8))
     tap.feed(b"".join(f"data: {d}\n\n".encode() for d in (first, last, nested)))
     assert [e.sequence for e in tap.ledger()] == [7, 8, None]
+
+
+def test_a_body_beyond_the_hashed_size_is_never_a_retry() -> None:
+    ledger = Ledger(LedgerLimits())
+    big = b"x" * (MAX_HASHED_BODY_BYTES + 1)  # one byte more than is hashed
+    ledger.link(ended("q0", body=big), now=0.0)
+    assert ledger.link(ended("q1", body=big), now=1.0).retry is None
+    edge = b"x" * MAX_HASHED_BODY_BYTES
+    ledger.link(ended("q2", body=edge), now=2.0)
+    assert ledger.link(ended("q3", body=edge), now=3.0).retry is not None
