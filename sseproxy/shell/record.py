@@ -47,7 +47,7 @@ def verdict_of(
             anomalies[name] = anomalies.get(name, 0) + 1
         verdict = verdict.replace(anomalies=anomalies)
     verdict = _transport(facts, progress, verdict)
-    findings = session_findings(progress.status, session_of(facts, progress))
+    findings = session_findings(progress.status, session_of(facts))
     if findings:
         verdict = with_anomalies(verdict, findings)
     return verdict, pacing
@@ -61,15 +61,10 @@ def with_anomalies(verdict: Verdict, found: Mapping[str, int]) -> Verdict:
     return verdict.replace(anomalies=dict(sorted(anomalies.items())))
 
 
-def session_of(facts: RequestFacts, progress: Progress) -> str | None:
-    """`MCP-Session-Id` as the client sent it, else as the server assigned it."""
-    sent = facts.headers.get(SESSION_HEADER)
-    if sent:
-        return sent
-    for name, value in progress.response_headers.items():
-        if name.lower() == SESSION_HEADER and value:
-            return value
-    return None
+def session_of(facts: RequestFacts) -> str | None:
+    """`MCP-Session-Id` as the client sent it (the server assigns it in its answer to
+    `initialize`; every later request of the session carries it)."""
+    return facts.headers.get(SESSION_HEADER) or None
 
 
 def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: bool) -> Ended:
@@ -83,7 +78,7 @@ def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: 
         headers=facts.headers,
         body=facts.body,
         route=facts.route.name if facts.route else None,
-        session_id=session_of(facts, progress),
+        session_id=session_of(facts),
         state=verdict.state,
         response_id=verdict.response_id,
         events=tap.ledger() if tap is not None else (),
@@ -166,7 +161,7 @@ def build_rendered(
     if progress.delivery is not None:
         broken = not progress.http_complete or progress.end == EndReason.CLIENT_DISCONNECTED
         fields.update(progress.delivery.fields(broken))
-    session = session_of(facts, progress)
+    session = session_of(facts)
     if session is not None:
         fields["mcp_session_id"] = session  # not a secret; `Authorization` stays redacted
     retry_ms = progress.tap.retry_ms if progress.tap is not None else None

@@ -354,6 +354,11 @@ async def test_mcp_resume_with_last_event_id_and_a_reconnect_sooner_than_retry(
         original["request_id"],
     )
     assert record["anomalies"].get("reconnect_before_retry") == 1  # retry: 5000, came at once
+    seen = fake.seen[-1]
+    assert (seen.headers["Last-Event-ID"], seen.headers["Mcp-Session-Id"]) == (
+        "s-1",
+        "sess-0123456789abcdef",
+    )
 
 
 async def test_mcp_resume_in_another_session_is_unknown_origin(proxy, upstream, logs):
