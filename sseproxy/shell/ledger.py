@@ -70,6 +70,7 @@ class Ended:
     builds it from the request's facts and progress)."""
 
     request_id: str
+    started: float  # when the request arrived, on the clock `link` is given
     method: str
     path: str
     headers: Mapping[str, str]
@@ -199,7 +200,8 @@ class Ledger:
         if asked is not None:
             kept = self.original_of(ended.route, ended.session_id, asked)
             original = kept.original if kept is not None else None
-            elapsed = (now - original.ended) * 1000 if original is not None else None
+            # From the original's end to this request's start: how long the client waited.
+            elapsed = (ended.started - original.ended) * 1000 if original is not None else None
             links = Links(link_resume(original, asked.cursor, ended.events, asked.key, elapsed))
         else:
             kept = self.retried(ended.route, key)

@@ -73,6 +73,7 @@ def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: 
     delivery = progress.delivery
     return Ended(
         request_id=facts.request_id,
+        started=facts.start,
         method=facts.method,
         path=facts.path,
         headers=facts.headers,

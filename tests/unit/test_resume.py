@@ -159,6 +159,7 @@ def test_resumptions_are_read_from_the_request() -> None:
 def ended(request_id: str, state: State = State.INTERRUPTED, **kw: object) -> Ended:
     fields: dict[str, object] = {
         "request_id": request_id,
+        "started": 0.0,
         "method": "POST",
         "path": "/v1/chat/completions",
         "headers": {},
@@ -286,3 +287,13 @@ def test_a_body_beyond_the_hashed_size_is_never_a_retry() -> None:
     edge = b"x" * MAX_HASHED_BODY_BYTES
     ledger.link(ended("q2", body=edge), now=2.0)
     assert ledger.link(ended("q3", body=edge), now=3.0).retry is not None
+
+
+def test_the_wait_before_a_resume_is_from_the_original_end_to_the_resume_start() -> None:
+    """A resume that starts 1 s after the end and lasts 9 s waited 1 s, not 10."""
+    ledger = Ledger(LedgerLimits())
+    events = tuple(ev(n) for n in range(3))
+    ledger.link(ended("q0", events=events, retry_ms=2000), now=10.0)
+    resume = ended("q1", started=11.0, method="GET", headers={"Last-Event-ID": "e2"})
+    link = ledger.link(resume, now=20.0).resume
+    assert link is not None and link.anomalies == {"reconnect_before_retry": 1}
