@@ -34,7 +34,6 @@ class McpAssembler(Assembler):
         self.expected: str | int | None = None  # the JSON-RPC id of the request, when known
         self.done = False
         self.cancelled = False
-        self.messages = 0
 
     def expect(self, request: RequestFacts) -> None:
         self.expected = request.rpc_id
@@ -55,7 +54,6 @@ class McpAssembler(Assembler):
                 self.anomalies["unexpected_payload"] += 1
 
     def on_message(self, message: dict[str, Any]) -> None:
-        self.messages += 1
         if self.done:
             self.anomalies["events_after_terminal"] += 1
             return
@@ -78,10 +76,9 @@ class McpAssembler(Assembler):
             self.anomalies["unexpected_payload"] += 1  # a response to another request
             return
         self.done = self.terminal = True
-        error = message.get("error")
         if "error" in message:
             self.last_event = "error"
-            self.error = _rpc_error(error)
+            self.error = _rpc_error(message["error"])
             return
         self.last_event = "result"
         result = message.get("result")
