@@ -165,7 +165,7 @@ class Settings:
     # many events of each (0 streams: no ledger, no resume or retry links).
     resume_ledger_streams: int = 256
     resume_ledger_seconds: float = 600.0
-    resume_ledger_events: int = 1024
+    resume_ledger_events: int = 256
     otel_endpoint: str = ""
     otel_service_name: str = "sseproxy"
     routes: tuple[Route, ...] = ()

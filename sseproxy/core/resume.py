@@ -20,8 +20,9 @@ from typing import NamedTuple
 from .events import SSEEvent
 
 # Events whose cursor and hash one stream keeps, by default; the oldest go first (a resume
-# names a cursor near where the stream was cut, so the tail is what is compared).
-DEFAULT_LEDGER_EVENTS = 1024
+# names a cursor near where the stream was cut, so the tail is what is compared). One event
+# costs about 260 bytes kept: 256 streams of 256 events are about 17 MiB at most.
+DEFAULT_LEDGER_EVENTS = 256
 # Missing cursors named in a `gap` link; beyond, only their count grows.
 MAX_MISSING_LISTED = 32
 # Bytes of the digest: 8 bytes tells rewritten data apart with certainty for this purpose.

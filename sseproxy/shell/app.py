@@ -245,11 +245,7 @@ def create_app(
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
-    limits = LedgerLimits(
-        settings.resume_ledger_streams,
-        settings.resume_ledger_seconds,
-        settings.resume_ledger_events,
-    )
+    limits = LedgerLimits(settings.resume_ledger_streams, settings.resume_ledger_seconds)
     app[LEDGER] = Ledger(limits, settings.keep_content)
     app[STATE] = ProxyState(
         Metrics(models, routes),

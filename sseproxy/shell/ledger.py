@@ -45,9 +45,11 @@ MAX_HASHED_BODY_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class LedgerLimits:
+    """Streams kept, and for how long after their end (the events per stream are the tap's
+    `ledger_events`)."""
+
     streams: int = 256
     seconds: float = 600.0
-    events: int = 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,7 +178,7 @@ def ended(request_id: str, state: State = State.INTERRUPTED, **kw: object) -> En
 
 
 def test_the_ledger_keeps_at_most_its_stream_count() -> None:
-    ledger = Ledger(LedgerLimits(streams=2, seconds=60, events=8))
+    ledger = Ledger(LedgerLimits(streams=2, seconds=60))
     for n in range(3):  # one more than the cap
         ledger.link(ended(f"q{n}", body=str(n).encode()), now=float(n))
     assert len(ledger) == 2
@@ -186,7 +186,7 @@ def test_the_ledger_keeps_at_most_its_stream_count() -> None:
 
 
 def test_the_ledger_forgets_streams_older_than_its_time() -> None:
-    ledger = Ledger(LedgerLimits(streams=8, seconds=10, events=8))
+    ledger = Ledger(LedgerLimits(streams=8, seconds=10))
     ledger.link(ended("q0"), now=0.0)
     assert ledger.link(ended("q1"), now=10.0).retry is not None  # within: a retry
     ledger.link(ended("q2", body=b"other"), now=20.5)  # q0 and q1 ended more than 10 s ago
