@@ -100,6 +100,9 @@ SERVE_FLAGS = (
     Flag("allow_inject", "let requests choose drill faults with the x-sseproxy-inject header"),
     Flag("inject", "drill faults applied to every request sent to --upstream", "RULES"),
     Flag("keep_content", "show assembled text in the inspector page"),
+    Flag("resume_ledger_streams", "ended streams kept to link resumes and retries; 0: none", "N"),
+    Flag("resume_ledger_seconds", "seconds after its end a stream can still be linked", "SECONDS"),
+    Flag("resume_ledger_events", "events kept per stream for resume links (its last ones)", "N"),
     Flag("capture_dir", "capture every response body and a JSON sidecar in this folder", "DIR"),
     Flag("capture_max_bytes", "body bytes kept per capture", "N"),
     Flag("capture_max_total_bytes", "bytes kept in the capture folder, oldest deleted first", "N"),
@@ -242,8 +245,17 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse swallows an error writing its help; a help longer than stdout's buffer is
+    written before the end, so a reader that had left (`| head`) went unnoticed and the
+    command ended 0. The broken pipe is let through, to end as EXIT_BROKEN_PIPE."""
+
+    def print_help(self, file: Any = None) -> None:
+        (file or sys.stdout).write(self.format_help())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sseproxy",
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )

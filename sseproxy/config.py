@@ -161,6 +161,11 @@ class Settings:
     inject: str = ""
     event_loop: str = "auto"
     keep_content: bool = False
+    # The resume ledger (shell/ledger.py): streams kept after they end, for how long, and how
+    # many events of each (0 streams: no ledger, no resume or retry links).
+    resume_ledger_streams: int = 256
+    resume_ledger_seconds: float = 600.0
+    resume_ledger_events: int = 256
     otel_endpoint: str = ""
     otel_service_name: str = "sseproxy"
     routes: tuple[Route, ...] = ()
@@ -499,10 +504,10 @@ def _validate(
     for host in settings.allowed_hosts:
         if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
             problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")
-    for key in ("idle_timeout", "connect_timeout", "request_timeout"):
+    for key in ("idle_timeout", "connect_timeout", "request_timeout", "resume_ledger_seconds"):
         if getattr(settings, key) <= 0:
             bad(key, "must be positive")
-    for key in ("shutdown_grace", "backlog"):
+    for key in ("shutdown_grace", "backlog", "resume_ledger_streams", "resume_ledger_events"):
         if getattr(settings, key) < 0:
             bad(key, "must not be negative")
     if settings.content_timeout is not None and settings.content_timeout <= 0:

@@ -38,6 +38,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 from . import __version__
 from .core import FinishCategory, State, Verdict
 from .core.dialects import spec_for
+from .core.resume import ResumeVerdict
 
 __all__ = ["CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
 
@@ -89,6 +90,8 @@ LATENCY_FIELDS = ("ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms")
 MAX_CACHED_CHILDREN = 4096
 # The labels every per-request family carries, so that a dashboard filters each panel by them.
 REQUEST_LABELS = ("route", "dialect", "model")
+# The `verdict` label of a resume link: our own vocabulary (core/resume.py).
+RESUME_VERDICTS = frozenset(v.value for v in ResumeVerdict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,12 @@ class Metrics:
         self.sink_errors = Counter(
             "sseproxy_sink_errors", "Sinks that raised on a record", ["sink"], registry=r
         )
+        self.links = Counter(
+            "sseproxy_stream_links",
+            "Requests linked to an earlier stream: resumes by verdict, and retries",
+            [*REQUEST_LABELS, "kind", "verdict"],
+            registry=r,
+        )
         Info("sseproxy_build", "The running sseproxy", registry=r).info({"version": __version__})
         if process:
             ProcessCollector(registry=r)
@@ -271,6 +280,11 @@ class Metrics:
         for name, count in verdict.anomalies.items():
             if isinstance(count, int) and count > 0:
                 self._child(self.anomalies, (*key, name)).inc(count)
+        resume, retry = fields.get("resume"), fields.get("retry")
+        if isinstance(resume, Mapping) and resume.get("verdict") in RESUME_VERDICTS:
+            self._child(self.links, (*key, "resume", resume["verdict"])).inc()
+        if retry is not None:
+            self._child(self.links, (*key, "retry", "regenerated")).inc()
         for histogram, field in zip(children.latency, LATENCY_FIELDS, strict=True):
             value = fields.get(field)
             if isinstance(value, int | float) and not isinstance(value, bool):

@@ -74,6 +74,9 @@ QUERY_SECRET_KEYS = SECRET_KEYS | {
 SECRET_PARAM_WORD = re.compile(r"[_.-](?:key|token|secret|signature|password|passwd)$")
 # Any other header whose name says it holds a credential.
 SENSITIVE_NAME = re.compile(r"auth|key|token|secret|cookie|session|password", re.IGNORECASE)
+# ...but for these, whose names say so and whose values grant nothing: MCP's session id names
+# a session (the protocol authorises with `Authorization`), and the record shows it.
+NOT_SECRET_HEADERS = frozenset({"mcp-session-id"})
 
 # The key shapes of every provider routed by default, wherever they appear. At least 8 token
 # characters after the prefix, so words such as `sk-learn` or `hf_hub` stay readable.
@@ -370,7 +373,9 @@ def _header_secrets(headers: Mapping[str, str], found: set[str]) -> None:
         secret = names.get(name)
         if secret is None:
             lower = name.lower()
-            secret = lower in SECRET_KEYS or SENSITIVE_NAME.search(lower) is not None
+            secret = lower not in NOT_SECRET_HEADERS and (
+                lower in SECRET_KEYS or SENSITIVE_NAME.search(lower) is not None
+            )
             if len(names) < MAX_HEADER_NAMES:
                 names[name] = secret
         if secret:

@@ -57,6 +57,10 @@ SELECT
     nullIf(nullIf(JSONExtractRaw(Body, 'injected'), ''), 'null') AS injected,
     JSONExtract(Body, 'trace_id', 'Nullable(String)') AS trace_id,
     JSONExtract(Body, 'span_id', 'Nullable(String)') AS span_id,
-    JSONExtract(Body, 'no_body_expected', 'Nullable(Bool)') AS no_body_expected
+    JSONExtract(Body, 'no_body_expected', 'Nullable(Bool)') AS no_body_expected,
+    nullIf(nullIf(JSONExtractRaw(Body, 'resume'), ''), 'null') AS resume,
+    nullIf(nullIf(JSONExtractRaw(Body, 'retry'), ''), 'null') AS retry,
+    JSONExtract(Body, 'mcp_session_id', 'Nullable(String)') AS mcp_session_id,
+    JSONExtract(Body, 'sse_retry_ms', 'Nullable(UInt64)') AS sse_retry_ms
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';

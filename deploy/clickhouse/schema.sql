@@ -58,6 +58,10 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     trace_id Nullable(String),
     span_id Nullable(String),
     no_body_expected Nullable(Bool),
+    resume Nullable(String),                -- JSON {of, cursor, verdict, first_event, ...}
+    retry Nullable(String),                 -- JSON {of, regenerated, shared_prefix_chars}
+    mcp_session_id Nullable(String),
+    sse_retry_ms Nullable(UInt64),
 
     -- The keys the report groups by, computed once at insert.
     model_key LowCardinality(String) MATERIALIZED

@@ -78,5 +78,8 @@ ANOMALIES: frozenset[str] = frozenset(
         "eventstream_message_crc_mismatch",
         "eventstream_impossible_length",
         "eventstream_malformed_headers",
+        # Resumes and sessions (core/resume.py, core/dialects/mcp.py).
+        "reconnect_before_retry",
+        "session_expired",
     }
 )

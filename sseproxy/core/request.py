@@ -30,13 +30,15 @@ class RequestFacts:
     """`stream`: the request asked for a streamed response (None: cannot tell).
     `stream_framing`: that stream is expected as SSE or NDJSON, not one JSON document (Gemini
     without `alt=sse` streams a JSON array). `choices`: `n`; `include_usage`: Chat's
-    `stream_options.include_usage`."""
+    `stream_options.include_usage`; `rpc_id` and `background`: see the fields."""
 
     model: str | None = None
     stream: bool | None = None
     stream_framing: bool = False
     choices: int | None = None
     include_usage: bool = False
+    rpc_id: str | int | None = None  # a JSON-RPC request's `id` (MCP): its response ends it
+    background: bool = False  # Responses `background: true`: its stream can be resumed
 
 
 def parse_body(body: bytes) -> Any:
@@ -73,12 +75,17 @@ def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> Requ
     )
     options = fields.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    rpc_id = fields.get("id") if fields.get("jsonrpc") == "2.0" else None
+    if not isinstance(rpc_id, str | int) or isinstance(rpc_id, bool):
+        rpc_id = None
     return RequestFacts(
         model=model,
         stream=stream,
         stream_framing=bool(stream) and framing,
         choices=choices,
         include_usage=bool(stream) and include_usage,
+        rpc_id=rpc_id,
+        background=fields.get("background") is True,
     )
 
 

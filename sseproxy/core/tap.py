@@ -31,6 +31,7 @@ from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from .jsonvalue import loads
 from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
 from .request import RequestFacts
+from .resume import EventRecorder, LedgerEvent
 from .verdict import Dialect, EndReason, Interruption, State, Verdict
 
 __all__ = ["Framing", "StreamTap", "TapOptions"]
@@ -61,6 +62,8 @@ class TapOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     content_chars: int = DEFAULT_CONTENT_CHARS  # assembled text kept (per kind)
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
+    # Events whose cursor and hash a resumable stream records for the resume ledger (0: none).
+    ledger_events: int = 0
     strict: bool = False
 
 
@@ -79,6 +82,12 @@ class StreamTap:
         self.dialect = dialect
         self.assembler: Assembler | None = (
             new_assembler(dialect, self.options.content_chars) if dialect else None
+        )
+        if self.assembler is not None:
+            self.assembler.expect(self.request)
+        # Dropped once the dialect is known not to be resumable (its fast path stays on).
+        self._recorder: EventRecorder | None = (
+            EventRecorder(self.options.ledger_events) if self.options.ledger_events > 0 else None
         )
         self.bytes = 0
         self.events = 0
@@ -140,6 +149,8 @@ class StreamTap:
                             return assembler.content_deltas - before
                 event = sse.whole_event(chunk)
                 if event is not None:  # the usual chunk: one event, nothing held
+                    if self._recorder is not None:
+                        self._recorder.record(event)
                     assembler.on_event(event)
                     self.events += 1
                     return assembler.content_deltas - before
@@ -153,6 +164,12 @@ class StreamTap:
         deltas = self._analyse_slice(chunk)
         reader = self._reader
         if (
+            self._recorder is not None
+            and self.assembler is not None
+            and not spec_for(self.assembler.dialect).resumable(self.request)
+        ):
+            self._recorder = None
+        if (
             type(reader) is SSEReader
             and self.assembler is not None
             and self._decoder is not None
@@ -163,6 +180,7 @@ class StreamTap:
             take_block = (
                 assembler.take_block
                 if type(assembler).take_block is not Assembler.take_block
+                and self._recorder is None  # a block taken whole builds no event to record
                 else None
             )
             self._direct = (reader.decoder, assembler, take_block)
@@ -292,6 +310,11 @@ class StreamTap:
     # -- events -----------------------------------------------------------------------------
 
     def on_frames(self, frames: list[Frame]) -> None:
+        recorder = self._recorder
+        if recorder is not None:
+            for frame in frames:
+                if type(frame) is not Comment:
+                    recorder.record(frame)  # type: ignore[arg-type]
         assembler = self.assembler
         if assembler is None:
             for frame in frames:
@@ -362,6 +385,7 @@ class StreamTap:
     def _adopt(self, dialect: Dialect) -> Assembler:
         self.dialect = dialect
         assembler = self.assembler = new_assembler(dialect, self.options.content_chars)
+        assembler.expect(self.request)
         for pending in self._pending_events:
             assembler.on_event(pending)
         self._pending_events = []
@@ -501,6 +525,16 @@ class StreamTap:
         return state
 
     # -- for callers that want more than the verdict ----------------------------------------
+
+    def ledger(self) -> tuple[LedgerEvent, ...]:
+        """The recorded events of a resumable stream (its last `ledger_events`), else ()."""
+        return tuple(self._recorder.events) if self._recorder is not None else ()
+
+    @property
+    def retry_ms(self) -> int | None:
+        """The SSE `retry:` the stream set: how long a client should wait to reconnect."""
+        reader = self._reader
+        return reader.decoder.retry if type(reader) is SSEReader else None
 
     @property
     def retained_bytes(self) -> int:

@@ -21,6 +21,7 @@ class Dialect(StrEnum):
     BEDROCK_CONVERSE = "bedrock-converse"
     BEDROCK_INVOKE = "bedrock-invoke"
     COHERE_CHAT = "cohere-chat"
+    MCP = "mcp"
 
 
 class State(StrEnum):
@@ -264,11 +265,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def with_transport(verdict: Verdict, status: int | None, end: str) -> Verdict:
+def with_transport(
+    verdict: Verdict, status: int | None, end: str, disconnect_cancels: bool = True
+) -> Verdict:
     """Add what only the HTTP layer knows: a non-2xx status, or a client that went away
-    before the outcome was known (after it, the tap already kept the outcome)."""
+    before the outcome was known (after it, the tap already kept the outcome), which is a
+    cancellation unless the dialect says a disconnect is none (`disconnect_cancels`)."""
     if status is not None and not 200 <= status < 300:
         return verdict.replace(state=State.HTTP_ERROR, interruption=None)
-    if end == EndReason.CLIENT_DISCONNECTED and verdict.state is State.INTERRUPTED:
+    if (
+        disconnect_cancels
+        and end == EndReason.CLIENT_DISCONNECTED
+        and verdict.state is State.INTERRUPTED
+    ):
         return verdict.replace(state=State.CANCELLED)
     return verdict

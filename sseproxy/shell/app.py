@@ -28,6 +28,7 @@ from .budget import HeldBytes
 from .errors import describe
 from .forward import REQUEST_ID_HEADER, break_downstream, forward
 from .inspector import Inspector
+from .ledger import Ledger, LedgerLimits, Links
 from .record import PROXY_ERROR, proxy_error
 from .relay import analyse_backlog
 from .sinks import deliver, safecall
@@ -41,6 +42,7 @@ log = structlog.get_logger("sseproxy")
 
 SETTINGS = web.AppKey("settings", Settings)
 STATE: web.AppKey[ProxyState] = web.AppKey("state")
+LEDGER = web.AppKey("ledger", Ledger)
 OWN_PREFIX = "/_sseproxy/"
 
 
@@ -97,15 +99,25 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tap = x.progress.tap
         if tap is not None and tap.backlog:  # after the client's response has ended
             await analyse_backlog(tap)
-        finish(state, x, settings.content_timeout)
+        finish(state, x, settings.content_timeout, request.app[LEDGER])
         release(state, x)
 
 
-def finish(state: ProxyState, x: Exchange, content_timeout: float | None = None) -> None:
-    """Build the record once, after the client's response has ended, and hand it to sinks."""
+def finish(
+    state: ProxyState,
+    x: Exchange,
+    content_timeout: float | None = None,
+    ledger: Ledger | None = None,
+) -> None:
+    """Build the record once, after the client's response has ended, and hand it to sinks;
+    `ledger`: link the request to a stream it resumes or repeats (the proxy's own answers
+    continue nothing)."""
     try:
         verdict, pacing = records.verdict_of(x.facts, x.progress, content_timeout)
-        record, rendered = records.build_rendered(x.facts, x.progress, verdict, pacing)
+        links = link(state, ledger, x, verdict) if ledger is not None else Links()
+        if links.anomalies:
+            verdict = records.with_anomalies(verdict, links.anomalies)
+        record, rendered = records.build_rendered(x.facts, x.progress, verdict, pacing, links)
         if verdict.error is not None and isinstance(record.get("error"), Mapping):
             # tracing reads the error message from the verdict: the redacted one
             verdict = verdict.replace(error=ErrorInfo(**record["error"]))
@@ -113,6 +125,18 @@ def finish(state: ProxyState, x: Exchange, content_timeout: float | None = None)
         verdict = Verdict(dialect=Dialect.SSE, state=State.UNCONFIRMED)
         record, rendered = records.fallback(x.facts, x.progress, exc), None
     deliver(state, x.facts, x.progress, verdict, record, rendered)
+
+
+def link(state: ProxyState, ledger: Ledger, x: Exchange, verdict: Verdict) -> Links:
+    """Link a resumed or re-sent request to its original (the ledger keeps this one too); a
+    failure here costs the link, never the record. The metrics count links from the record."""
+    try:
+        ended = records.ended(x.facts, x.progress, verdict, ledger.keep_text)
+        links = ledger.link(ended, time.monotonic())
+    except Exception:
+        safecall(state, "log", lambda: log.exception("proxy.ledger_error"))
+        return Links()
+    return links
 
 
 def release(state: ProxyState, x: Exchange) -> None:
@@ -221,6 +245,8 @@ def create_app(
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    limits = LedgerLimits(settings.resume_ledger_streams, settings.resume_ledger_seconds)
+    app[LEDGER] = Ledger(limits, settings.keep_content)
     app[STATE] = ProxyState(
         Metrics(models, routes),
         inspector,

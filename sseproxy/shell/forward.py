@@ -278,7 +278,11 @@ def begin(
         dialect,
         p.content_type,
         upstream.headers.get("Content-Encoding"),
-        tap_options(settings.max_event_bytes, CONTENT_CHARS if settings.keep_content else 0),
+        tap_options(
+            settings.max_event_bytes,
+            CONTENT_CHARS if settings.keep_content else 0,
+            settings.resume_ledger_events if settings.resume_ledger_streams else 0,
+        ),
         facts.asked,
     )
     for name in UPSTREAM_REQUEST_ID_HEADERS:

@@ -9,9 +9,12 @@ from types import MappingProxyType
 from typing import Any
 
 from ..core import EndReason, ErrorInfo, Interruption, State, Verdict, with_transport
+from ..core.dialects import spec_for
+from ..core.dialects.mcp import SESSION_HEADER, session_findings
 from ..core.pacing import PacingSummary
 from ..log import json_rendered, json_safe
 from ..record_schema import SCHEMA_VERSION
+from .ledger import Ended, Links
 from .state import Progress, RequestFacts
 from .tapping import close_tap
 
@@ -50,7 +53,47 @@ def verdict_of(
         for name in names:
             anomalies[name] = anomalies.get(name, 0) + 1
         verdict = verdict.replace(anomalies=anomalies)
-    return _transport(facts, progress, verdict), pacing
+    verdict = _transport(facts, progress, verdict)
+    findings = session_findings(progress.status, session_of(facts))
+    if findings:
+        verdict = with_anomalies(verdict, findings)
+    return verdict, pacing
+
+
+def with_anomalies(verdict: Verdict, found: Mapping[str, int]) -> Verdict:
+    """The verdict with the shell's findings counted like the core's."""
+    anomalies = dict(verdict.anomalies)
+    for name, count in found.items():
+        anomalies[name] = anomalies.get(name, 0) + count
+    return verdict.replace(anomalies=dict(sorted(anomalies.items())))
+
+
+def session_of(facts: RequestFacts) -> str | None:
+    """`MCP-Session-Id` as the client sent it (the server assigns it in its answer to
+    `initialize`; every later request of the session carries it)."""
+    return facts.headers.get(SESSION_HEADER) or None
+
+
+def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: bool) -> Ended:
+    """What the resume ledger keeps of this request and judges it by."""
+    tap = progress.tap
+    delivery = progress.delivery
+    return Ended(
+        request_id=facts.request_id,
+        started=facts.start,
+        method=facts.method,
+        path=facts.path,
+        headers=facts.headers,
+        body=facts.body,
+        route=facts.route.name if facts.route else None,
+        session_id=session_of(facts),
+        state=verdict.state,
+        response_id=verdict.response_id,
+        events=tap.ledger() if tap is not None else (),
+        delivered=delivery.last_delivered()[0] if delivery is not None else 0,
+        retry_ms=tap.retry_ms if tap is not None else None,
+        text=tap.primary_text() if keep_text and tap is not None else None,
+    )
 
 
 def _transport(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Verdict:
@@ -64,7 +107,8 @@ def _transport(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Ver
     if no_body and progress.status is not None and 200 <= progress.status < 300:
         # No body was expected: nothing was cut, and nothing confirms an answer either.
         return verdict.replace(state=State.UNCONFIRMED, interruption=None)
-    return with_transport(verdict, progress.status, str(end))
+    cancels = spec_for(verdict.dialect).disconnect_cancels
+    return with_transport(verdict, progress.status, str(end), cancels)
 
 
 def paced(
@@ -97,6 +141,7 @@ def build_rendered(
     progress: Progress,
     verdict: Verdict,
     pacing: PacingSummary | None = None,
+    links: Links | None = None,
 ) -> tuple[Record, bytes | None]:
     """`build`'s record, and its JSON as `log.json_ready`'s test rendered it (None when the
     record had to be rebuilt): the log line reuses it instead of rendering it again."""
@@ -124,6 +169,16 @@ def build_rendered(
     if progress.delivery is not None:
         broken = not progress.http_complete or progress.end == EndReason.CLIENT_DISCONNECTED
         fields.update(progress.delivery.fields(broken))
+    session = session_of(facts)
+    if session is not None:
+        fields["mcp_session_id"] = session  # not a secret; `Authorization` stays redacted
+    retry_ms = progress.tap.retry_ms if progress.tap is not None else None
+    if retry_ms is not None:
+        fields["sse_retry_ms"] = retry_ms
+    if links is not None and links.resume is not None:
+        fields["resume"] = links.resume.fields()
+    if links is not None and links.retry is not None:
+        fields["retry"] = links.retry
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
     if progress.span is not None:  # OpenTelemetry is on: logs and traces join on these

@@ -10,9 +10,12 @@ from ..core.request import RequestFacts
 
 
 @functools.lru_cache(maxsize=16)
-def tap_options(max_event_bytes: int, content_chars: int) -> TapOptions:
-    """The settings' options, built once: they are the same for every response (frozen)."""
-    return TapOptions(max_event_bytes=max_event_bytes, content_chars=content_chars)
+def tap_options(max_event_bytes: int, content_chars: int, ledger_events: int = 0) -> TapOptions:
+    """The settings' options, built once: they are the same for every response (frozen).
+    `ledger_events`: events a resumable stream records for the resume ledger (0: none)."""
+    return TapOptions(
+        max_event_bytes=max_event_bytes, content_chars=content_chars, ledger_events=ledger_events
+    )
 
 
 def open_tap(

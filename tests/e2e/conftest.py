@@ -7,7 +7,12 @@ import pytest
 
 from sseproxy.config import load, make_route
 from sseproxy.shell.app import create_app
-from tests.integration.conftest import logs, make_proxy, upstream  # noqa: F401  (shared fixtures)
+from tests.integration.conftest import (  # noqa: F401  (shared fixtures)
+    logs,
+    make_proxy,
+    proxy_server,
+    upstream,
+)
 
 
 @pytest.fixture

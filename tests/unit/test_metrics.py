@@ -109,6 +109,7 @@ def test_series_carry_route_dialect_and_model() -> None:
     metrics = Metrics(["gpt-x"], ["openai"], process=False)
     done = verdict(Usage(input_tokens=3, output_tokens=2)).replace(anomalies={"missing_done": 1})
     fields = {"route": "openai", "model": "gpt-x", "output_tokens_per_s": 9.0}
+    fields["resume"] = {"verdict": "gap"}
     metrics.observe(done, 200, {**fields, "ttfb_ms": 1, "duration_ms": 2, "max_gap_ms": 1})
     families = {}
     for family in text_string_to_metric_families(metrics.exposition().decode()):
@@ -265,3 +266,17 @@ def test_impossible_output_speed_is_counted(speed: float) -> None:
     assert all(
         v == 0 for (name, _), v in got.items() if name == "sseproxy_output_tokens_per_second_count"
     )
+
+
+def test_links_are_counted_by_kind_and_verdict_from_the_record() -> None:
+    metrics = Metrics(["gpt-x"], ["openai"], process=False)
+    base = {"route": "openai", "model": "gpt-x"}
+    metrics.observe(verdict(None), 200, {**base, "resume": {"verdict": "duplicate"}})
+    metrics.observe(verdict(None), 200, {**base, "resume": {"verdict": "not-a-verdict"}})
+    metrics.observe(verdict(None), 200, {**base, "retry": {"of": "x", "regenerated": True}})
+    got = {
+        (dict(labels)["kind"], dict(labels)["verdict"]): value
+        for (name, labels), value in samples(metrics).items()
+        if name == "sseproxy_stream_links_total"
+    }
+    assert got == {("resume", "duplicate"): 1, ("retry", "regenerated"): 1}

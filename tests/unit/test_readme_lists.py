@@ -12,14 +12,16 @@ from aiohttp.test_utils import make_mocked_request
 from opentelemetry.trace import SpanContext
 
 from sseproxy.config import Route
-from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Usage, Verdict
+from sseproxy.core import EndReason, ErrorInfo, Interruption, State, StreamTap, Usage, Verdict
 from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects import Dialect
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
+from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.shell import record as records
 from sseproxy.shell import state
 from sseproxy.shell.delivery import ClientDelivery
+from sseproxy.shell.ledger import Links
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Fields the log line adds around every record (log.py), not record.py's.
@@ -81,6 +83,14 @@ def every_field_record() -> set[str]:
         progress.span = Span()  # type: ignore[assignment]
         fields |= set(records.build(facts, progress, verdict, pacing))
         fields |= set(records.fallback(facts, progress, ValueError("x")))
+    # the links and an MCP session with SSE `retry:`
+    facts = state.RequestFacts("id", "GET", "/mcp", 1.0, 0.0, headers={"mcp-session-id": "s"})
+    progress = state.Progress(state.Timings(0.0), status=200)
+    progress.tap = StreamTap(Dialect.MCP)
+    progress.tap.feed(b"retry: 10\ndata:\n\n")
+    link = ResumeLink(None, "3", ResumeVerdict.UNKNOWN_ORIGIN)
+    retry = {"of": "x", "regenerated": True, "shared_prefix_chars": None}
+    fields |= set(records.build_rendered(facts, progress, verdict, None, Links(link, retry))[0])
     return fields
 
 
@@ -104,7 +114,8 @@ def test_every_interruption_reason_is_in_the_readme() -> None:
 
 def test_every_record_field_is_in_the_readme() -> None:
     built = every_field_record()
-    assert {"injected", "trace_id", "no_body_expected", "events_delivered"} <= built  # all taken
+    taken = {"injected", "trace_id", "no_body_expected", "events_delivered", "resume", "retry"}
+    assert taken | {"mcp_session_id", "sse_retry_ms"} <= built  # every branch taken
     readme = {name.split(".")[0] for name in first_column("### Fields")}
     compare(built | LOG_FIELDS, readme, "record fields", "### Fields table (shell/record.py)")
 

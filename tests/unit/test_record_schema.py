@@ -18,12 +18,14 @@ import jsonschema
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from bench.record_cost import CASES, exchange
+from bench.record_cost import CASES, KEY, exchange
 from sseproxy import log
-from sseproxy.core import FinishCategory, State
+from sseproxy.core import Dialect, FinishCategory, State, StreamTap
 from sseproxy.core.inject import parse_rules
+from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
 from sseproxy.shell import record as records
+from sseproxy.shell.ledger import Links
 from tests.record_contract import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,29 @@ def every_kind() -> Iterator[dict[str, Any]]:
         progress.span, progress.http_complete = span, False
         yield written(records.build(facts, progress, verdict, pacing), logging.WARNING)
     span.end()
+    yield linked()
+
+
+def linked() -> dict[str, Any]:
+    """An MCP request that names its session, set `retry:`, resumed one stream and retried
+    another (a record has one or the other; the schema takes each)."""
+    facts, progress = exchange("chat_tool_call")
+    headers = {**facts.headers, "mcp-session-id": "sess-1"}
+    facts = dataclasses.replace(facts, path="/mcp", headers=headers)
+    progress.tap = StreamTap(Dialect.MCP)
+    progress.tap.feed(b"retry: 1500\nid: s-1\ndata:\n\n")
+    verdict, pacing = records.verdict_of(facts, progress)
+    resume = ResumeLink("req-0", "3", ResumeVerdict.GAP, "5", 0, ("4",), 1, 1)
+    retry = {"of": "req-0", "regenerated": True, "shared_prefix_chars": 12}
+    record, _ = records.build_rendered(facts, progress, verdict, pacing, Links(resume, retry))
+    return written(record)
+
+
+def test_the_mcp_session_is_recorded_and_the_authorization_is_not() -> None:
+    record = linked()
+    assert (record["mcp_session_id"], record["sse_retry_ms"]) == ("sess-1", 1500)
+    assert record["resume"]["verdict"] == "gap" and record["retry"]["of"] == "req-0"
+    assert KEY not in json.dumps(record)
 
 
 def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:

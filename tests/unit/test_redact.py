@@ -39,6 +39,13 @@ def test_credential_headers_are_collected(headers: dict[str, str], expected: str
     assert "application/json" not in secrets.values
 
 
+def test_the_mcp_session_id_is_no_credential_but_a_session_cookie_still_is() -> None:
+    secrets = secrets_of(
+        {"Mcp-Session-Id": "c8d29686f54345f4a1d4afce185fe99f", "X-Session-Token": "tok-123456789"}
+    )
+    assert secrets.values == ("tok-123456789",)
+
+
 def test_basic_credentials_are_collected_encoded_and_decoded() -> None:
     token = base64.b64encode(b"user:password-123").decode()
     secrets = secrets_of({"Authorization": f"Basic {token}"})

@@ -152,8 +152,15 @@ COHERE = Case(
     "completed",
     "COMPLETE",
 )
+MCP = Case(
+    Dialect.MCP,
+    b"id: s-0\ndata:\n\n"
+    + sse({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}),
+    sse({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "Hi"}]}}),
+    "completed",
+)
 CASES = [CHAT, RESPONSES, ANTHROPIC, GEMINI, VERCEL, OLLAMA, PLAIN]
-CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE]
+CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE, MCP]
 WITH_MARKER = [c for c in CASES if c.marker]
 
 

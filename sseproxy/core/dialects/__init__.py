@@ -20,6 +20,7 @@ from . import (
     bedrock_invoke,
     cohere,
     gemini,
+    mcp,
     ollama,
     openai_chat,
     openai_responses,
@@ -46,6 +47,7 @@ __all__ = [
 
 SPECS: tuple[DialectSpec, ...] = (
     vercel_ui.SPEC,  # first: its header says so whatever the path (its default is /api/chat)
+    mcp.SPEC,  # its path and session header are its own; JSON-RPC is sniffed before chat's
     openai_chat.SPEC,
     openai_responses.SPEC,
     anthropic_messages.SPEC,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ..events import Line, SSEEvent
 from ..jsonvalue import loads
+from ..request import RequestFacts
 from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
 
 # Assembled text is kept only for tests, `replay --content` and the operator's optional content
@@ -227,6 +228,9 @@ class Assembler:
         self.last_event: str | None = None
         self.content_deltas = 0
         self.terminal = False
+
+    def expect(self, request: RequestFacts) -> None:
+        """What the request asked for, when the dialect's end depends on it (MCP's id)."""
 
     # -- input: the tap calls exactly one of these kinds ------------------------------------
 

@@ -399,4 +399,7 @@ SPEC = DialectSpec(
         str(obj.get("type")).startswith("response.") or obj.get("object") == "response"
     ),
     otel_provider="openai",
+    # Only background responses resume (`starting_after`): asked with `background: true`, or
+    # the resumed stream itself (a GET, no body), which can be cut and resumed again.
+    resumable=lambda asked: asked.background or asked.stream is None,
 )

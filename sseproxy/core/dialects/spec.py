@@ -12,6 +12,7 @@ from typing import Any
 
 from ..events import Framing, SSEEvent
 from ..eventstream import EventMessage
+from ..request import RequestFacts
 from ..verdict import Dialect
 from .base import Assembler
 
@@ -64,7 +65,8 @@ class DialectSpec:
     text group that is the visible answer (choice 0 / candidate 0), or None when all text is
     one message. `output_includes_reasoning`: the usage's output count includes its reasoning
     count (OpenAI's `completion_tokens` does); False when they are reported side by side
-    (Gemini's `candidatesTokenCount` beside `thoughtsTokenCount`).
+    (Gemini's `candidatesTokenCount` beside `thoughtsTokenCount`). `disconnect_cancels` and
+    `resumable`: see the fields.
     """
 
     dialect: Dialect
@@ -85,6 +87,12 @@ class DialectSpec:
     otel_provider: str | None = None
     primary_group: Hashable | None = None
     output_includes_reasoning: bool = True
+    # The client leaving before the end is a cancellation (MCP says a disconnect is not one).
+    disconnect_cancels: bool = True
+    # Whether a response to this request can be resumed from an event cursor (SSE `id`,
+    # `sequence_number`): the tap then records each event's cursor and hash for the shell's
+    # resume ledger (and gives up the shortcut `take_block`, which builds no event).
+    resumable: Callable[[RequestFacts], bool] = lambda asked: False
 
     def matches_path(self, path: str) -> bool:
         return (bool(self.path_suffixes) and path.endswith(self.path_suffixes)) or any(

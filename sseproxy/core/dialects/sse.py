@@ -50,6 +50,7 @@ SSE_SPEC = DialectSpec(
     drills=Drills(is_terminal=done_marker, error=generic_error),
     fallback_for=frozenset({Framing.SSE}),
     otel_operation=None,
+    resumable=lambda asked: True,  # any SSE stream with ids resumes with Last-Event-ID
 )
 TEXT_SPEC = DialectSpec(
     dialect=Dialect.TEXT,
