@@ -145,6 +145,7 @@ class Settings:
     max_total_request_body_bytes: int = 256 * 1024 * 1024
     request_timeout: float = 60.0
     max_event_bytes: int = 16 * 1024 * 1024
+    max_ws_message_bytes: int = 128 * 1024 * 1024
     max_concurrent_streams: int = 2000
     backlog: int = 0  # 0: the system's somaxconn, read by the server at startup
     shutdown_grace: float = 8.0  # Docker's default stop timeout is 10 s
@@ -511,6 +512,7 @@ def _validate(
         "max_request_body_bytes",
         "max_total_request_body_bytes",
         "max_event_bytes",
+        "max_ws_message_bytes",
         "max_concurrent_streams",
         "capture_max_bytes",
         "capture_max_total_bytes",

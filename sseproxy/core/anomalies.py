@@ -78,5 +78,16 @@ ANOMALIES: frozenset[str] = frozenset(
         "eventstream_message_crc_mismatch",
         "eventstream_impossible_length",
         "eventstream_malformed_headers",
+        # WebSocket sessions (core/session.py): the session record's, but session_expired
+        # and the named errors, which the turn they answer counts too.
+        "session_expired",
+        "active_response_conflict",
+        "connection_limit_reached",
+        "previous_response_not_found",
+        "error_without_response",
+        "turn_open_at_close",
+        "too_many_open_turns",
+        "go_away",
+        "tool_call_cancellation",
     }
 )

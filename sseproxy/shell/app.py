@@ -29,6 +29,7 @@ from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
 from .state import Exchange, ProxyState
 from .upstream import new_session
+from .websocket import is_websocket, session
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -77,6 +78,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     try:
         try:
             x.facts = await admit(request, x, state, settings)
+            if is_websocket(request):
+                return await session(request, x, state, settings)
             return await forward(request, x, state, settings)
         except Refused as refused:
             return await send_own(request, x, refused)
@@ -93,7 +96,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tap = x.progress.tap
         if tap is not None and tap.backlog:  # after the client's response has ended
             await analyse_backlog(tap)
-        finish(state, x, settings.content_timeout)
+        if not x.progress.upgraded:  # a session wrote its own records
+            finish(state, x, settings.content_timeout)
         release(state, x)
 
 

@@ -164,6 +164,8 @@ class Progress:
     delivered: bool = False
     upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
     proxy_error: ErrorInfo | None = None
+    # A WebSocket session took over: it writes its own records (one per turn, the session's).
+    upgraded: bool = False
 
     def client_left(self, upstream_ended: bool) -> None:
         """The client went before the last byte: `http_complete` says what the proxy knows of

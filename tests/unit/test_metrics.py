@@ -17,12 +17,14 @@ from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
 from sseproxy.core.eventstream import Corruption
 from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
+from sseproxy.core.session import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
 from sseproxy.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 
 CORE = Path(__file__).resolve().parents[2] / "sseproxy" / "core"
 # `anomalies[<expression>]` whose key is not a literal, with every name it can take.
 DYNAMIC_KEYS = {
+    "named": (*REALTIME_ERROR_ANOMALIES.values(), *RESPONSES_ERROR_ANOMALIES.values()),
     'ptype.replace("-", "_")': ("tool_input_error", "tool_output_error"),
     "why": (),  # _go_blind(why): its literal arguments are collected below
     "str(decoder.corrupt)": tuple(str(c) for c in Corruption),  # the event stream's faults
@@ -119,6 +121,7 @@ def test_series_carry_route_dialect_and_model() -> None:
         "sseproxy_build_info",
         "sseproxy_active_streams",
         "sseproxy_sink_errors",
+        "sseproxy_websocket_sessions",  # per session (its turns are requests)
     }
     for name, labels in families.items():
         if name.startswith("sseproxy_") and name not in unlabelled:

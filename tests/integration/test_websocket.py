@@ -1,0 +1,313 @@
+"""WebSocket sessions through the proxy, against a scripted WebSocket upstream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType, web
+
+from sseproxy.config import load
+from sseproxy.shell.app import create_app
+from tests.integration.ws_upstream import WsUpstream
+
+
+@pytest.fixture
+async def wsup(aiohttp_server) -> tuple[WsUpstream, str]:
+    up = WsUpstream()
+    server = await aiohttp_server(up.app())
+    return up, str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+def ws_proxy(aiohttp_server, logs, wsup) -> Any:
+    async def make(**overrides: Any) -> str:
+        settings = load(None, {}, {"upstream": wsup[1], **overrides})
+        server = await aiohttp_server(create_app(settings))
+        return str(server.make_url("")).rstrip("/")
+
+    return make
+
+
+async def test_messages_are_relayed_both_ways_in_order_text_as_its_bytes(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+    base = await ws_proxy()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(
+            base + "/v1/realtime?model=m",
+            protocols=("realtime",),
+            decode_text=False,
+            autoping=False,
+        ) as ws,
+    ):
+        await ws.send_str("héllo")
+        await ws.send_bytes(b"\x00\xff")
+        first = await ws.receive()
+        second = await ws.receive()
+        assert (first.type, first.data) == (WSMsgType.TEXT, "héllo".encode())
+        assert (second.type, second.data) == (WSMsgType.BINARY, b"\x00\xff")
+        assert ws.protocol == "realtime"
+        assert ws._response.headers["x-codex-turn-state"] == "ts-1"
+        session_id = ws._response.headers["x-sseproxy-request-id"]
+    [session] = await logs.wait_sessions()
+    assert session["session_id"] == session_id
+    assert session["closed_by"] == "client"
+    assert session["close_code"] == 1000
+    assert session["messages"] == {"client": 2, "upstream": 2}
+    assert up.seen[0].messages[:2] == [("text", "héllo".encode()), ("binary", b"\x00\xff")]
+
+
+async def connect(base: str, path: str = "/v1/realtime", **kw: Any) -> Any:
+    http = aiohttp.ClientSession()
+    kw.setdefault("decode_text", False)
+    kw.setdefault("autoping", False)
+    kw.setdefault("autoclose", False)
+    ws = await http.ws_connect(base + path, **kw)
+    ws.http = http  # closed by the test's `finally`
+    return ws
+
+
+async def test_an_upgrade_is_recognised_whatever_the_case_of_its_tokens(
+    wsup, ws_proxy, logs
+) -> None:
+    base = await ws_proxy()
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nupgrade: WebSocket\r\n"
+        b"connection: keep-alive, UPGRADE\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 101")
+    assert b"x-codex-turn-state: ts-1" in head
+    assert wsup[0].seen[0].headers["Upgrade"] == "websocket"
+
+
+async def test_pings_and_pongs_travel_end_to_end_with_their_payloads(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    got: list[Any] = []
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        msg = await ws.receive()  # the client's ping, not answered by the proxy
+        got.append((msg.type, msg.data))
+        await ws.pong(b"late-" + msg.data)
+        await ws.ping(b"from-upstream")
+        msg = await ws.receive()
+        got.append((msg.type, msg.data))
+        await ws.close(code=1000)
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base)
+    try:
+        await ws.ping(b"p1")
+        pong = await ws.receive()
+        assert (pong.type, pong.data) == (WSMsgType.PONG, b"late-p1")
+        ping = await ws.receive()
+        assert (ping.type, ping.data) == (WSMsgType.PING, b"from-upstream")
+        await ws.pong(b"from-upstream")
+        close = await ws.receive()
+        assert close.type is WSMsgType.CLOSE
+    finally:
+        await ws.close()
+        await ws.http.close()
+    assert got == [(WSMsgType.PING, b"p1"), (WSMsgType.PONG, b"from-upstream")]
+    [session] = await logs.wait_sessions()
+    assert len(session["ping_ms"]) == 1  # only the pong that echoed its ping is timed
+
+
+@pytest.mark.parametrize("code", [1000, 1001, 1011, 4001])
+async def test_the_upstreams_close_code_and_reason_reach_the_client(
+    wsup, ws_proxy, logs, code
+) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.close(code=code, message=b"Deadline expired")
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base)
+    try:
+        msg = await ws.receive()
+        assert (msg.type, msg.data, msg.extra) == (WSMsgType.CLOSE, code, "Deadline expired")
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert session["closed_by"] == "upstream"
+    assert (session["close_code"], session["close_reason"]) == (code, "Deadline expired")
+    assert session["close_frame"] is True
+
+
+async def test_the_clients_close_code_and_reason_reach_the_upstream(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        msg = await ws.receive()
+        await ws.close(code=msg.data, message=msg.extra.encode())
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base)
+    try:
+        await ws.close(code=4002, message=b"user hung up")
+    finally:
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert up.seen[0].messages == [("close", (4002, "user hung up"))]
+    assert (session["closed_by"], session["close_code"]) == ("client", 4002)
+
+
+async def test_an_upstream_that_vanishes_without_a_close_frame_is_mirrored(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_str('{"type":"session.created"}')
+        request.transport.abort()
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base)
+    try:
+        first = await ws.receive()
+        assert first.type is WSMsgType.TEXT
+        end = await ws.receive()
+        # no close frame reached the client: neither a 1000 nor a 1011 of the proxy's
+        assert end.type in (WSMsgType.CLOSED, WSMsgType.ERROR)
+        assert ws.close_code in (None, 1006)
+    finally:
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert (session["closed_by"], session["close_frame"], session["close_code"]) == (
+        "upstream",
+        False,
+        None,
+    )
+
+
+async def test_a_refused_upgrade_reaches_the_client_as_it_was(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    body = b'{"error":{"type":"invalid_request_error","code":"insufficient_quota","message":"no"}}'
+    up.reject = lambda: web.Response(
+        status=429, body=body, content_type="application/json", headers={"retry-after": "7"}
+    )
+    base = await ws_proxy()
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(base + "/v1/responses")
+        assert refused.value.status == 429
+        assert refused.value.headers["retry-after"] == "7"
+        # the body too: read it the way a plain client does
+        r = await http.get(
+            base + "/v1/responses",
+            headers={
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                "Sec-WebSocket-Version": "13",
+            },
+        )
+        assert (r.status, await r.read()) == (429, body)
+    [record, _] = await logs.wait(2)
+    assert record["state"] == "http_error"
+    assert record["status"] == 429
+    assert record["error"]["code"] == "insufficient_quota"
+
+
+async def test_a_6_mib_message_passes_both_ways(wsup, ws_proxy, logs) -> None:
+    base = await ws_proxy()
+    big = b"x" * (6 * 1024 * 1024)
+    ws = await connect(base, max_msg_size=0)
+    try:
+        await ws.send_frame(big, WSMsgType.TEXT)
+        echoed = await ws.receive()
+        assert echoed.type is WSMsgType.TEXT and echoed.data == big
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert session["largest_message_bytes"] == len(big)
+
+
+async def test_a_message_over_the_limit_closes_with_1009_both_ways(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    base = await ws_proxy(max_ws_message_bytes=1000)
+    ws = await connect(base)  # the upstream echoes
+    try:
+        await ws.send_frame(b"y" * 1000, WSMsgType.BINARY)  # at the limit: passes
+        assert (await ws.receive()).data == b"y" * 1000
+        await ws.send_frame(b"y" * 1001, WSMsgType.BINARY)
+        msg = await ws.receive()
+        assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1009)
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert (session["closed_by"], session["close_code"]) == ("proxy", 1009)
+    assert up.seen[0].messages[0] == ("binary", b"y" * 1000)
+    assert up.seen[0].messages[-1][0] == "close" and up.seen[0].messages[-1][1][0] == 1009
+
+
+async def test_an_upstream_message_over_the_limit_closes_the_client_with_1009(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+    base = await ws_proxy(max_ws_message_bytes=1000)
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_bytes(b"z" * 1001)
+        async for _msg in ws:
+            pass
+
+    up.script = script
+    ws = await connect(base)
+    try:
+        msg = await ws.receive()
+        assert (msg.type, msg.data) == (WSMsgType.CLOSE, 1009)
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert (session["closed_by"], session["close_code"]) == ("proxy", 1009)
+
+
+async def test_a_client_that_does_not_read_holds_back_the_upstream(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    sent = 0
+    chunk = b"b" * (1024 * 1024)
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        nonlocal sent
+        for _ in range(64):
+            await ws.send_bytes(chunk)
+            sent += 1
+        async for _msg in ws:
+            pass
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base, max_msg_size=0)
+    try:
+        await asyncio.sleep(1.0)  # the client reads nothing
+        held = sent
+        received = 0
+        while received < 64:
+            msg = await ws.receive()
+            assert msg.type is WSMsgType.BINARY
+            received += 1
+    finally:
+        await ws.close()
+        await ws.http.close()
+    # socket buffers and the proxy's bounded queue hold a few MiB, never the 64 sent
+    assert held < 32
+    assert sent == 64
