@@ -117,10 +117,13 @@ class Session:
     blind: bool = False  # the judge raised: messages are still relayed, no longer judged
     last_delivered: float | None = None
 
-    def closed(self, by: str, code: int | None, reason: str, frame: bool) -> None:
-        if self.closed_by is None:
-            self.closed_by, self.close_code, self.close_reason = by, code, reason
-            self.close_frame = frame
+    def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
+        """Note who closed first and how; False when someone already had."""
+        if self.closed_by is not None:
+            return False
+        self.closed_by, self.close_code, self.close_reason = by, code, reason
+        self.close_frame, self.end = frame, end
+        return True
 
     def ping(self, direction: str, payload: bytes, now: float) -> None:
         if len(self.pings) < MAX_PINGS_IN_FLIGHT:
@@ -195,8 +198,8 @@ async def session(
         )
         await asyncio.gather(*both)
     except asyncio.CancelledError:  # the client's connection was lost, or the proxy stops
-        s.closed("proxy" if state.shutting_down else "client", None, "", False)
-        s.end = EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
+        end = EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
+        s.closed("proxy" if state.shutting_down else "client", None, "", False, end)
         upstream.abort()
         raise
     finally:
@@ -250,7 +253,7 @@ async def _from_client(
                 try:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError:  # wsproto sends only valid text: the proxy's 1007
-                    s.closed("proxy", 1007, "invalid UTF-8 text message", True)
+                    s.closed("proxy", 1007, "invalid UTF-8", True, EndReason.CLIENT_DISCONNECTED)
                     await up.send(CloseConnection(1007, "invalid UTF-8 text message"))
                     await ws.close(code=1007, message=b"invalid UTF-8 text message")
                     return
@@ -268,21 +271,18 @@ async def _from_client(
         elif kind is WSMsgType.CLOSE:
             code = msg.data or None
             reason = msg.extra or ""
-            s.closed("client", code, reason, True)
-            s.end = EndReason.CLIENT_DISCONNECTED
-            await up.send(CloseConnection(code or 1005, reason if code else None))
+            if s.closed("client", code, reason, True, EndReason.CLIENT_DISCONNECTED):
+                await up.send(CloseConnection(code or 1005, reason if code else None))
             return
         elif kind is WSMsgType.CLOSING:
             return  # our own close (relaying the upstream's) is under way
         else:  # CLOSED or ERROR: the client went without a close frame, or sent too much
             error = msg.data if kind is WSMsgType.ERROR else None
             if isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG:
-                s.closed("proxy", 1009, "message too big", True)
-                s.end = EndReason.CLIENT_DISCONNECTED
+                s.closed("proxy", 1009, "message too big", True, EndReason.CLIENT_DISCONNECTED)
                 await up.send(CloseConnection(1009, "message too big"))
             else:
-                s.closed("client", None, "", False)
-                s.end = EndReason.CLIENT_DISCONNECTED
+                s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
                 up.abort()
             return
 
@@ -321,8 +321,7 @@ async def _from_upstream(
             await ws.pong(item.payload)
         elif isinstance(item, Control):  # the close frame
             if s.closed_by is None:
-                s.closed("upstream", item.code, item.reason, True)
-                s.end = EndReason.UPSTREAM_CLOSED
+                s.closed("upstream", item.code, item.reason, True, EndReason.UPSTREAM_CLOSED)
                 await up.send(CloseConnection(item.code or 1005, item.reason or None).response())
                 await _close_client(ws, item.code, item.reason)
             elif s.closed_by == "client":
@@ -332,12 +331,10 @@ async def _from_upstream(
         else:  # the connection ended without a close frame
             if s.closed_by is None:
                 if up.too_big:
-                    s.closed("proxy", 1009, "message too big", True)
-                    s.end = EndReason.UPSTREAM_CLOSED
+                    s.closed("proxy", 1009, "message too big", True, EndReason.UPSTREAM_CLOSED)
                     await ws.close(code=1009, message=b"message too big")
                     return
-                s.closed("upstream", None, "", False)
-                s.end = EndReason.UPSTREAM_RESET
+                s.closed("upstream", None, "", False, EndReason.UPSTREAM_RESET)
                 transport = request.transport
                 if transport is not None:
                     transport.abort()  # mirrored: the client sees no close frame either
@@ -423,10 +420,7 @@ def _session_record(
 ) -> None:
     """One `session.finished` record per connection."""
     judge = s.judge
-    anomalies = Counter(judge.anomalies)
-    if s.close_code == 1001 or "expired" in s.close_reason.lower():
-        anomalies["session_expired"] += 0 if anomalies["session_expired"] else 1
-    anomalies = +anomalies
+    anomalies = +judge.anomalies
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "transport": "websocket",

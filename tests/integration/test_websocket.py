@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -311,3 +312,162 @@ async def test_a_client_that_does_not_read_holds_back_the_upstream(wsup, ws_prox
     # socket buffers and the proxy's bounded queue hold a few MiB, never the 64 sent
     assert held < 32
     assert sent == 64
+
+
+# -- turns and their records -----------------------------------------------------------------
+
+
+def j(obj: Any) -> str:
+    return json.dumps(obj)
+
+
+async def test_each_turn_is_recorded_when_it_ends_not_at_the_session_end(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+    go_on = asyncio.Event()
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.receive()  # response.create
+        await ws.send_str(j({"type": "response.created", "response": {"id": "r1"}}))
+        await ws.send_str(
+            j({"type": "response.output_text.delta", "response_id": "r1", "delta": "Hi"})
+        )
+        await ws.send_str(
+            j({"type": "response.done", "response": {"id": "r1", "status": "completed"}})
+        )
+        await go_on.wait()
+        await ws.send_str(j({"type": "response.created", "response": {"id": "r2"}}))
+        await ws.close(code=1011, message=b"Deadline expired")
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base, protocols=("realtime",))
+    try:
+        await ws.send_str(j({"type": "response.create"}))
+        [first] = await logs.wait(1)  # while the session is still open
+        assert logs.sessions() == []
+        go_on.set()
+        while (await ws.receive()).type is not WSMsgType.CLOSE:
+            pass
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    [_, second] = await logs.wait(2)
+    assert (first["transport"], first["dialect"], first["turn"], first["state"]) == (
+        "websocket",
+        "openai-realtime",
+        1,
+        "completed",
+    )
+    assert first["session_id"] == second["session_id"] == session["session_id"]
+    assert first["request_id"] != second["request_id"]
+    assert (second["turn"], second["state"]) == (2, "interrupted")
+    assert second["interruption"]["reason"] == "upstream_closed"
+    assert second["error"]["code"] == "1011"
+    assert session["turns"] == 2
+    assert session["states"] == {"completed": 1, "interrupted": 1}
+    assert session["anomalies"] == {"turn_open_at_close": 1}
+    assert session["subprotocol"] == "realtime"
+
+
+async def test_a_client_that_closes_mid_turn_cancels_it(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_str(j({"serverContent": {"modelTurn": {"parts": [{"text": "Once upon"}]}}}))
+        msg = await ws.receive()
+        await ws.close(code=msg.data, message=msg.extra.encode())
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(
+        base, "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+    )
+    try:
+        await ws.receive()
+        await ws.close(code=1000, message=b"bye")
+    finally:
+        await ws.http.close()
+    [turn] = await logs.wait(1)
+    [session] = await logs.wait_sessions()
+    assert (turn["dialect"], turn["state"]) == ("gemini-live", "cancelled")
+    assert turn["interruption"]["reason"] == "client_disconnected"
+    assert (session["closed_by"], session["close_code"], session["close_reason"]) == (
+        "client",
+        1000,
+        "bye",
+    )
+
+
+async def test_a_responses_error_with_a_status_is_an_http_error_turn(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    error = {
+        "type": "error",
+        "status": 429,
+        "error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow"},
+    }
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.receive()
+        await ws.send_str(j(error))
+        await ws.receive()
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(
+        base, "/v1/responses", headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}
+    )
+    try:
+        await ws.send_str(j({"type": "response.create", "model": "gpt-5"}))
+        assert json.loads((await ws.receive()).data) == error
+    finally:
+        await ws.close()
+        await ws.http.close()
+    [turn] = await logs.wait(1)
+    assert (turn["dialect"], turn["state"], turn["status"]) == (
+        "openai-responses",
+        "http_error",
+        429,
+    )
+    assert turn["error"]["code"] == "rate_limit_exceeded"
+    assert up.seen[0].headers["OpenAI-Beta"] == "responses_websockets=2026-02-06"
+
+
+async def test_keys_never_appear_in_any_record(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    # no known key shape: only the proxy's knowledge of where keys travel can mask them
+    key = "ek_68af296e8e408191a1120ab6383263c2"
+    goog = "goog0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    up.protocols = ("realtime", "openai-insecure-api-key." + key)
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_str(j({"type": "response.created", "response": {"id": "r1"}}))
+        await ws.close(code=1000)
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(
+        base,
+        f"/v1/realtime?model=m&key={goog}&apiKey={goog}",
+        protocols=("openai-insecure-api-key." + key, "realtime"),
+        headers={
+            "Authorization": "Token auth_tokens/" + key,
+            "x-goog-api-key": goog,
+        },
+    )
+    try:
+        while (await ws.receive()).type is not WSMsgType.CLOSE:
+            pass
+    finally:
+        await ws.close()
+        await ws.http.close()
+    await logs.wait_sessions()
+    await logs.wait(1)
+    written = "".join(logs.stream.history)
+    assert "session.finished" in written and "request.finished" in written
+    assert key not in written and goog not in written
+    assert "auth_tokens/" + key not in written
+    # the upstream did get them: the proxy forwards, it only keeps them out of records
+    assert up.seen[0].headers["x-goog-api-key"] == goog
