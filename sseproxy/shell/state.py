@@ -20,6 +20,7 @@ from ..core import EndReason, ErrorInfo, StreamTap
 from ..core.inject import Rule
 from ..core.pacing import Pacing
 from ..core.request import RequestFacts as CoreRequestFacts
+from ..core.session import ReconnectWatch
 from ..delivery import ClientDelivery
 from ..metrics import Metrics
 from ..redact import Secrets
@@ -205,6 +206,7 @@ class ProxyState:
     shutting_down: bool = False
     session: aiohttp.ClientSession | None = None
     failed_sinks: set[str] = field(default_factory=set)
+    reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
 
 
 class _Random:

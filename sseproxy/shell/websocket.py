@@ -34,6 +34,7 @@ from .admission import Refused, via_entry
 from .relay import REQUEST_ID_HEADER
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
+from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, forwardable, upstream_url
 from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, request_event
 
@@ -58,6 +59,8 @@ CLOSE_TIMEOUT = 10.0
 # Ping round-trip times kept per session (the first ones); pings awaiting their pong.
 MAX_PING_TIMES = 64
 MAX_PINGS_IN_FLIGHT = 64
+# The session anomaly the shell adds (it sees sessions, the core one at a time).
+RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
@@ -176,6 +179,11 @@ async def session(
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
     s = Session(spec, spec.judge(), facts.start)
+    route = facts.route.name if facts.route else None
+    nonce = request.headers.get("Sec-WebSocket-Key")  # a "key" by name, new per connection
+    credentials = tuple(v for v in facts.secrets.values if v != nonce)
+    if state.reconnects.opened(route, credentials, time.monotonic()):
+        s.judge.anomalies[RECONNECT_LOOP] += 1
     ws = web.WebSocketResponse(
         protocols=(handshake.subprotocol,) if handshake.subprotocol else (),
         autoping=False,
@@ -227,8 +235,6 @@ async def _rejected(request: web.Request, x: Exchange, handshake: Handshake) -> 
     content_type = headers.get("Content-Type")
     x.progress.content_type = content_type
     x.progress.response_headers = dict(headers)
-    from .tapping import open_tap, tap_options
-
     tap = open_tap(None, content_type, None, tap_options(1 << 20, 0), x.facts.asked)
     tap.feed(handshake.body)
     x.progress.tap = tap

@@ -8,6 +8,7 @@ no ping is answered here (wsproto leaves pongs to its caller: ping/pong stay end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import deque
 from collections.abc import Sequence
@@ -105,8 +106,14 @@ class UpstreamSocket(asyncio.Protocol):
             self.ws.receive_data(data)
             for event in self.ws.events():
                 self._on(event)
-        except (RemoteProtocolError, LocalProtocolError, TooBig) as exc:
-            self.too_big = isinstance(exc, TooBig)
+        except TooBig as exc:  # the upstream hears why, as the client does: 1009
+            self.too_big = True
+            self._lost(exc)
+            if self.transport is not None:
+                with contextlib.suppress(LocalProtocolError):
+                    self.transport.write(self.ws.send(CloseConnection(1009, "message too big")))
+                self.transport.close()  # after the close frame is written
+        except (RemoteProtocolError, LocalProtocolError) as exc:
             self._lost(exc)
             if self.transport is not None:
                 self.transport.abort()

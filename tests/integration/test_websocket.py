@@ -280,6 +280,7 @@ async def test_an_upstream_message_over_the_limit_closes_the_client_with_1009(
         await ws.http.close()
     [session] = await logs.wait_sessions()
     assert (session["closed_by"], session["close_code"]) == ("proxy", 1009)
+    assert up.seen[0].messages == [("close", (1009, "message too big"))]
 
 
 async def test_a_client_that_does_not_read_holds_back_the_upstream(wsup, ws_proxy, logs) -> None:
@@ -471,3 +472,31 @@ async def test_keys_never_appear_in_any_record(wsup, ws_proxy, logs) -> None:
     assert "auth_tokens/" + key not in written
     # the upstream did get them: the proxy forwards, it only keeps them out of records
     assert up.seen[0].headers["x-goog-api-key"] == goog
+
+
+async def test_a_client_that_reconnects_over_and_over_is_a_reconnect_loop(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        quota = {
+            "type": "error",
+            "error": {"type": "insufficient_quota", "code": "insufficient_quota"},
+        }
+        await ws.send_str(j(quota))
+        await ws.close(code=1000)
+
+    up.script = script
+    base = await ws_proxy()
+    for _ in range(5):
+        ws = await connect(base, headers={"Authorization": "Bearer sk-same"})
+        try:
+            while (await ws.receive()).type is not WSMsgType.CLOSE:
+                pass
+        finally:
+            await ws.close()
+            await ws.http.close()
+    sessions = await logs.wait_sessions(5)
+    assert [s["anomalies"].get("reconnect_loop", 0) for s in sessions] == [0, 0, 0, 0, 1]
+    assert all(s["anomalies"]["error_without_response"] == 1 for s in sessions)

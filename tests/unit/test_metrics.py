@@ -268,3 +268,24 @@ def test_impossible_output_speed_is_counted(speed: float) -> None:
     assert all(
         v == 0 for (name, _), v in got.items() if name == "sseproxy_output_tokens_per_second_count"
     )
+
+
+def test_websocket_sessions_are_counted_by_who_closed_and_a_bounded_close_code() -> None:
+    metrics = Metrics([], ["openai"], process=False)
+    for code, by in ((1000, "client"), (1011, "upstream"), (4321, "upstream"), (None, "upstream")):
+        metrics.session_finished({"route": "openai", "close_code": code, "closed_by": by})
+    metrics.session_finished({"route": "forged", "close_code": 99999, "closed_by": "someone"})
+    got = {
+        tuple(sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(metrics.exposition().decode())
+        if f.name == "sseproxy_websocket_sessions"
+        for s in f.samples
+    }
+    key = lambda route, by, code: (("close_code", code), ("closed_by", by), ("route", route))  # noqa: E731
+    assert got == {
+        key("openai", "client", "1000"): 1.0,
+        key("openai", "upstream", "1011"): 1.0,
+        key("openai", "upstream", "other"): 1.0,
+        key("openai", "upstream", "none"): 1.0,
+        key("none", "none", "other"): 1.0,
+    }

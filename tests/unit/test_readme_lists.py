@@ -19,7 +19,7 @@ from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
 from sseproxy.delivery import ClientDelivery
 from sseproxy.shell import record as records
-from sseproxy.shell import state
+from sseproxy.shell import state, websocket
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Fields the log line adds around every record (log.py), not record.py's.
@@ -86,10 +86,10 @@ def every_field_record() -> set[str]:
 
 def test_every_anomaly_is_in_the_readme() -> None:
     compare(
-        set(ANOMALIES) | {records.RECORD_ERROR},
+        set(ANOMALIES) | {records.RECORD_ERROR, websocket.RECONNECT_LOOP},
         first_column("### Anomalies"),
         "anomaly names",
-        "### Anomalies table (core/anomalies.py, shell/record.py)",
+        "### Anomalies table (core/anomalies.py, shell/record.py, shell/websocket.py)",
     )
 
 

@@ -374,3 +374,12 @@ def test_more_open_turns_than_the_bound_are_counted_not_kept() -> None:
     judge = RealtimeJudge()
     up(judge, *(created(f"r{n}") for n in range(17)))
     assert (len(judge.open), judge.anomalies["too_many_open_turns"]) == (16, 1)
+
+
+def test_five_sessions_in_ten_seconds_with_the_same_key_are_a_reconnect_loop() -> None:
+    from sseproxy.core.session import ReconnectWatch
+
+    watch = ReconnectWatch()
+    assert [watch.opened("openai", ("k1",), t * 0.3) for t in range(5)] == [False] * 4 + [True]
+    assert watch.opened("openai", ("k2",), 1.5) is False  # another key
+    assert watch.opened("openai", ("k1",), 100.0) is False  # the window has passed
