@@ -69,6 +69,7 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag("max_event_bytes", "a larger SSE event is forwarded but not analysed", "N"),
+    Flag("max_ws_message_bytes", "a larger WebSocket message closes its session (1009)", "N"),
     Flag("max_concurrent_streams", "beyond this many requests in flight, 503", "N"),
     Flag("backlog", "listen backlog; 0: the system's somaxconn", "N"),
     Flag("shutdown_grace", "seconds in-flight streams get after SIGTERM/SIGINT", "SECONDS"),

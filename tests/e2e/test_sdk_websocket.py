@@ -129,7 +129,7 @@ async def test_openai_realtime_connect_sees_what_the_record_says(scripted, logs)
     assert turn["text_chars"] == len(text)
     assert turn["usage"]["output_tokens"] == 2
     assert up.seen[0].path.startswith("/v1/realtime?model=gpt-realtime")
-    assert (session["closed_by"], session["turns"]) == ("client", 1)
+    assert (session["closed_by"], session["turns"], session["route"]) == ("client", 1, "openai")
 
 
 async def test_openai_responses_connect_sees_what_the_record_says(scripted, logs) -> None:
