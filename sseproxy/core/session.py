@@ -57,7 +57,6 @@ class TurnResult:
     status: int | None = None  # an HTTP status an in-band error carried (Responses mode)
     audio_bytes: int = 0
     audio_ms: float | None = None
-    messages: int = 0
 
 
 @dataclass(slots=True)
@@ -200,7 +199,7 @@ class TurnJudge:
             model=a.model,
         )
         ms = round(turn.audio_bytes / self.bytes_per_ms, 3) if turn.audio_bytes else None
-        return TurnResult(turn.number, verdict, turn.status, turn.audio_bytes, ms, turn.messages)
+        return TurnResult(turn.number, verdict, turn.status, turn.audio_bytes, ms)
 
 
 # -- OpenAI Realtime ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
 from . import record as records
 from .admission import Refused, via_entry
+from .inspector import CONTENT_CHARS
 from .relay import REQUEST_ID_HEADER
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
@@ -178,7 +179,8 @@ async def session(
     if handshake.status != 101:
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
-    s = Session(spec, spec.judge(), facts.start)
+    # text is counted, and kept only for the inspector's content view when asked for
+    s = Session(spec, spec.judge(CONTENT_CHARS if settings.keep_content else 0), facts.start)
     route = facts.route.name if facts.route else None
     nonce = request.headers.get("Sec-WebSocket-Key")  # a "key" by name, new per connection
     credentials = tuple(v for v in facts.secrets.values if v != nonce)
