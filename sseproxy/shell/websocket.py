@@ -15,8 +15,9 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
@@ -38,6 +39,9 @@ from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, forwardable, upstream_url
 from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, request_event
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = structlog.get_logger("sseproxy")
 
@@ -97,6 +101,7 @@ class _Clock:
     request_id: str
     started_at: float
     timings: Timings
+    span: Span | None = None
 
 
 @dataclass
@@ -146,7 +151,10 @@ async def session(
     """Relay one WebSocket session; every record is written before this returns."""
     facts = x.facts
     assert facts.route is not None
-    url = upstream_url(facts.route, request.raw_path)
+    try:
+        url = upstream_url(facts.route, request.raw_path)  # scheme, host, port from the route
+    except ValueError as exc:
+        raise Refused(400, "bad_target", str(exc)) from exc
     subprotocols = _tokens(request, "Sec-WebSocket-Protocol")
     deflate = any(
         t.split(";")[0].strip().lower() == "permessage-deflate"
@@ -156,7 +164,10 @@ async def session(
         facts, secrets=session_secrets(facts.secrets, subprotocols)
     )
     headers = forwardable(request.headers, REQUEST_DROP | HANDSHAKE_HEADERS)
-    headers["Via"] = via_entry(state)
+    via = request.headers.getall("Via", ())
+    headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
+    if state.tracing is not None:  # the session's span; each turn's is its child
+        x.progress.span = state.tracing.start(request.headers, headers, "GET", facts.path)
     raw = [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in headers.items()]
     limit = settings.max_ws_message_bytes
     try:
@@ -218,6 +229,19 @@ async def session(
             _turn_record(state, x, s, result)
         _session_record(state, x, s, handshake, bool(ws.compress))
     return ws
+
+
+def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:
+    attributes = {
+        "sseproxy.session_id": record["session_id"],
+        "sseproxy.dialect": record["dialect"],
+        "sseproxy.closed_by": record["closed_by"],
+        "sseproxy.close_code": record["close_code"],
+        "sseproxy.turns": record["turns"],
+        "sseproxy.anomalies": sorted(record["anomalies"]) or None,
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    span.end()
 
 
 def _copied(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -380,7 +404,11 @@ def _judged(state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, 
 
 def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -> None:
     for number in step.opened:
-        s.clocks[number] = _Clock(new_request_id(), time.time(), Timings(now, headers=now))
+        span = None
+        if state.tracing is not None and x.progress.span is not None:
+            name = f"{s.spec.dialect} turn {number}"
+            span = state.tracing.start_child(x.progress.span, name)
+        s.clocks[number] = _Clock(new_request_id(), time.time(), Timings(now, headers=now), span)
     if step.deltas:
         for clock in s.clocks.values():
             clock.timings.chunk(now, now, step.deltas)
@@ -396,7 +424,7 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
     facts = dataclasses.replace(
         x.facts, request_id=clock.request_id, started_at=clock.started_at, start=clock.timings.start
     )
-    progress = Progress(clock.timings, status=result.status or 101)
+    progress = Progress(clock.timings, status=result.status or 101, span=clock.span)
     verdict = result.verdict
     try:
         record, rendered = records.build_rendered(
@@ -461,4 +489,7 @@ def _session_record(
     }
     record = json_ready(x.facts.secrets.redact(fields))
     safecall(state, "log", lambda: log.info("session.finished", **record))
+    span = x.progress.span
+    if span is not None:
+        safecall(state, "tracing", lambda: _end_session_span(span, record))
     safecall(state, "metrics", lambda: state.metrics.session_finished(record))

@@ -500,3 +500,40 @@ async def test_a_client_that_reconnects_over_and_over_is_a_reconnect_loop(
     sessions = await logs.wait_sessions(5)
     assert [s["anomalies"].get("reconnect_loop", 0) for s in sessions] == [0, 0, 0, 0, 1]
     assert all(s["anomalies"]["error_without_response"] == 1 for s in sessions)
+
+
+async def test_each_turn_is_a_span_under_the_sessions_span(wsup, aiohttp_server, logs) -> None:
+    trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sseproxy.tracing import Tracing
+
+    assert trace_sdk is not None
+    up, url = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        for rid in ("r1", "r2"):
+            await ws.send_str(j({"type": "response.created", "response": {"id": rid}}))
+            await ws.send_str(j({"type": "response.done", "response": {"id": rid, "status": "completed"}}))
+        await ws.close(code=1000)
+
+    up.script = script
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    server = await aiohttp_server(create_app(load(None, {}, {"upstream": url}), tracing=tracing))
+    ws = await connect(str(server.make_url("")).rstrip("/"))
+    try:
+        while (await ws.receive()).type is not WSMsgType.CLOSE:
+            pass
+    finally:
+        await ws.close()
+        await ws.http.close()
+    await logs.wait_sessions()
+    tracing.provider.force_flush()
+    spans = exporter.get_finished_spans()
+    [session] = [s for s in spans if s.parent is None]
+    turns = [s for s in spans if s.parent is not None]
+    assert [s.name for s in turns] == ["openai-realtime turn 1", "openai-realtime turn 2"]
+    assert {s.parent.span_id for s in turns} == {session.context.span_id}
+    assert session.attributes["sseproxy.turns"] == 2
+    assert "traceparent" in up.seen[0].headers
