@@ -514,7 +514,9 @@ async def test_each_turn_is_a_span_under_the_sessions_span(wsup, aiohttp_server,
     async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
         for rid in ("r1", "r2"):
             await ws.send_str(j({"type": "response.created", "response": {"id": rid}}))
-            await ws.send_str(j({"type": "response.done", "response": {"id": rid, "status": "completed"}}))
+            await ws.send_str(
+                j({"type": "response.done", "response": {"id": rid, "status": "completed"}})
+            )
         await ws.close(code=1000)
 
     up.script = script
