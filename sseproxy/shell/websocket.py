@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,8 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessag
 from ..config import Settings
 from ..core import EndReason
 from ..core.session import SessionSpec, Step, TurnJudge, TurnResult, parse_message, session_spec
+from ..core.session_drills import End, Send, SessionDrill
+from ..core.session_drills import Step as DrillStep
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
@@ -124,6 +126,7 @@ class Session:
     end: EndReason = EndReason.END_OF_INPUT
     client_wait: float = 0.0
     blind: bool = False  # the judge raised: messages are still relayed, no longer judged
+    drill: SessionDrill | None = None  # the drill rules that apply to this session
     last_delivered: float | None = None
 
     def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
@@ -192,6 +195,8 @@ async def session(
     spec = session_spec(request.path)
     # text is counted, and kept only for the inspector's content view when asked for
     s = Session(spec, spec.judge(CONTENT_CHARS if settings.keep_content else 0), facts.start)
+    drill = SessionDrill(facts.inject_rules, spec.dialect)
+    s.drill = drill if drill.active else None
     route = facts.route.name if facts.route else None
     nonce = request.headers.get("Sec-WebSocket-Key")  # a "key" by name, new per connection
     credentials = tuple(v for v in facts.secrets.values if v != nonce)
@@ -339,12 +344,17 @@ async def _from_upstream(
         now = time.monotonic()
         if isinstance(item, Message):
             _count(s, "upstream", len(item.data))
-            raw = item.data
-            _judged(state, x, s, "upstream", raw, now)
-            if s.closed_by is None:
-                await ws.send_frame(item.data, WSMsgType.TEXT if item.text else WSMsgType.BINARY)
-                s.client_wait += time.monotonic() - now
-                s.last_delivered = time.monotonic()
+            for step in _drilled(state, s, item):
+                if isinstance(step, End):
+                    await _drill_end(request, ws, up, s, step)
+                    return
+                _judged(state, x, s, "upstream", step.data, now)
+                if s.closed_by is None:
+                    await ws.send_frame(
+                        step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
+                    )
+                    s.client_wait += time.monotonic() - now
+                    s.last_delivered = time.monotonic()
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
             await ws.ping(item.payload)
@@ -371,6 +381,33 @@ async def _from_upstream(
                 if transport is not None:
                     transport.abort()  # mirrored: the client sees no close frame either
             return
+
+
+def _drilled(state: ProxyState, s: Session, item: Message) -> Sequence[DrillStep]:
+    """What the client gets for `item`: itself, unless a drill says otherwise."""
+    drill = s.drill
+    if drill is not None:
+        try:
+            return drill.message(parse_message(item.data), item.data, item.text)
+        except Exception:  # a bug in the drill: the session goes on undrilled
+            s.drill = None
+            safecall(state, "log", lambda: log.exception("session.drill_error"))
+    return (Send(item.data, item.text),)
+
+
+async def _drill_end(
+    request: web.Request, ws: web.WebSocketResponse, up: UpstreamSocket, s: Session, end: End
+) -> None:
+    """A drill ends the session as a provider would: a close frame, or none at all."""
+    if end.code is None:
+        s.closed("proxy", None, "", False, EndReason.UPSTREAM_RESET)
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+    else:
+        s.closed("proxy", end.code, end.reason, True, EndReason.UPSTREAM_CLOSED)
+        await _close_client(ws, end.code, end.reason)
+    up.abort()
 
 
 async def _close_client(ws: web.WebSocketResponse, code: int | None, reason: str) -> None:

@@ -539,3 +539,75 @@ async def test_each_turn_is_a_span_under_the_sessions_span(wsup, aiohttp_server,
     assert {s.parent.span_id for s in turns} == {session.context.span_id}
     assert session.attributes["sseproxy.turns"] == 2
     assert "traceparent" in up.seen[0].headers
+
+
+# -- drills ----------------------------------------------------------------------------------
+
+
+async def realtime_upstream(ws: web.WebSocketResponse, request: web.Request) -> None:
+    """Three messages of one turn, then a quiet open connection."""
+    await ws.send_str(j({"type": "response.created", "response": {"id": "r1"}}))
+    await ws.send_str(j({"type": "response.output_text.delta", "response_id": "r1", "delta": "Hi"}))
+    await ws.send_str(j({"type": "response.done", "response": {"id": "r1", "status": "completed"}}))
+    async for _msg in ws:
+        pass
+
+
+async def drilled(wsup, ws_proxy, rules: str) -> tuple[list[Any], Any]:
+    up, _ = wsup
+    up.script = realtime_upstream
+    base = await ws_proxy(allow_inject=True)
+    ws = await connect(base, headers={"x-sseproxy-inject": rules})
+    got = []
+    try:
+        while True:
+            try:
+                msg = await asyncio.wait_for(ws.receive(), 1.0)
+            except TimeoutError:
+                got.append("silence")
+                break
+            got.append((msg.type, msg.data))
+            if msg.type is not WSMsgType.TEXT:
+                break
+    finally:
+        await ws.close()
+        await ws.http.close()
+    return got, ws
+
+
+async def test_drill_cut_after_with_a_close_code(wsup, ws_proxy, logs) -> None:
+    got, _ = await drilled(wsup, ws_proxy, "cut-after=2,close-code=1011")
+    assert [g[0] for g in got] == [WSMsgType.TEXT, WSMsgType.TEXT, WSMsgType.CLOSE]
+    assert got[-1][1] == 1011
+    [turn] = await logs.wait(1)
+    [session] = await logs.wait_sessions()
+    assert (turn["state"], turn["injected"]) == ("interrupted", ["cut-after=2", "close-code=1011"])
+    assert (session["closed_by"], session["close_code"]) == ("proxy", 1011)
+
+
+async def test_drill_cut_after_without_a_close_frame(wsup, ws_proxy, logs) -> None:
+    got, _ = await drilled(wsup, ws_proxy, "cut-after=1")
+    assert [g[0] for g in got] == [WSMsgType.TEXT, WSMsgType.CLOSED]
+    [turn] = await logs.wait(1)
+    assert turn["interruption"]["reason"] == "upstream_reset"
+
+
+async def test_drill_drop_terminal_leaves_the_turn_open(wsup, ws_proxy, logs) -> None:
+    got, _ = await drilled(wsup, ws_proxy, "drop-terminal")
+    assert len([g for g in got if g != "silence"]) == 2 and got[-1] == "silence"
+    [turn] = await logs.wait(1)  # the client closed with the turn still open
+    assert turn["state"] == "cancelled"
+
+
+async def test_drill_inject_error_sends_the_dialects_error(wsup, ws_proxy, logs) -> None:
+    got, _ = await drilled(wsup, ws_proxy, "inject-error=1")
+    assert json.loads(got[1][1])["error"]["code"] == "sseproxy_injected"
+    [turn] = await logs.wait(1)
+    assert turn["error"]["code"] == "sseproxy_injected"
+
+
+async def test_drill_stall_after_sends_nothing_more(wsup, ws_proxy, logs) -> None:
+    got, _ = await drilled(wsup, ws_proxy, "stall-after=1")
+    assert [g for g in got if g != "silence"] == [
+        (WSMsgType.TEXT, j({"type": "response.created", "response": {"id": "r1"}}).encode())
+    ]
