@@ -611,3 +611,36 @@ async def test_drill_stall_after_sends_nothing_more(wsup, ws_proxy, logs) -> Non
     assert [g for g in got if g != "silence"] == [
         (WSMsgType.TEXT, j({"type": "response.created", "response": {"id": "r1"}}).encode())
     ]
+
+
+async def test_a_client_that_vanishes_is_mirrored_upstream(wsup, ws_proxy, logs) -> None:
+    up, _ = wsup
+    upstream_saw: list[Any] = []
+    ended = asyncio.Event()
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.send_str(j({"type": "response.created", "response": {"id": "r1"}}))
+        try:
+            msg = await ws.receive()
+            upstream_saw.append(msg.type)
+        except asyncio.CancelledError:  # the test server cancels a handler whose peer left
+            upstream_saw.append("connection lost")
+            raise
+        finally:
+            ended.set()
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base)
+    try:
+        await ws.receive()
+        ws._response.connection.transport.abort()  # no close frame
+    finally:
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    [turn] = await logs.wait(1)
+    assert (session["closed_by"], session["close_frame"]) == ("client", False)
+    assert turn["state"] == "cancelled"
+    await asyncio.wait_for(ended.wait(), 5)
+    # the connection ended without a close frame, as the client's did
+    assert upstream_saw[0] in (WSMsgType.CLOSED, WSMsgType.ERROR, "connection lost")
