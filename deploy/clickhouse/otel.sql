@@ -57,6 +57,11 @@ SELECT
     nullIf(nullIf(JSONExtractRaw(Body, 'injected'), ''), 'null') AS injected,
     JSONExtract(Body, 'trace_id', 'Nullable(String)') AS trace_id,
     JSONExtract(Body, 'span_id', 'Nullable(String)') AS span_id,
-    JSONExtract(Body, 'no_body_expected', 'Nullable(Bool)') AS no_body_expected
+    JSONExtract(Body, 'no_body_expected', 'Nullable(Bool)') AS no_body_expected,
+    JSONExtract(Body, 'transport', 'Nullable(String)') AS transport,
+    JSONExtract(Body, 'session_id', 'Nullable(String)') AS session_id,
+    JSONExtract(Body, 'turn', 'Nullable(UInt32)') AS turn,
+    JSONExtract(Body, 'audio_bytes', 'Nullable(UInt64)') AS audio_bytes,
+    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';

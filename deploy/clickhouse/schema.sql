@@ -58,6 +58,11 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     trace_id Nullable(String),
     span_id Nullable(String),
     no_body_expected Nullable(Bool),
+    transport LowCardinality(Nullable(String)),  -- "websocket" for a session's turn
+    session_id Nullable(String),
+    turn Nullable(UInt32),
+    audio_bytes Nullable(UInt64),
+    audio_ms Nullable(Float64),
 
     -- The keys the report groups by, computed once at insert.
     model_key LowCardinality(String) MATERIALIZED

@@ -78,7 +78,7 @@ ANOMALIES: frozenset[str] = frozenset(
         "eventstream_message_crc_mismatch",
         "eventstream_impossible_length",
         "eventstream_malformed_headers",
-        # WebSocket sessions (core/session.py): the session record's, but session_expired
+        # WebSocket sessions (core/dialects/sessions.py): the session record's, but session_expired
         # and the named errors, which the turn they answer counts too.
         "session_expired",
         "active_response_conflict",

@@ -26,7 +26,7 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
   `modelStreamErrorException` message, Cohere `message-end` with `ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
 - `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
-- `close-code=C`: WebSocket sessions only (core/session_drills.py): `cut-after` closes with
+- `close-code=C`: WebSocket sessions only (core/dialects/session_drills.py): `cut-after` closes with
   this close code instead of dropping the connection without a close frame.
 
 Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event

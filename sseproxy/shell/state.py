@@ -17,10 +17,10 @@ from aiohttp import web
 from ..capture import Capture, CaptureStore
 from ..config import Route
 from ..core import EndReason, ErrorInfo, StreamTap
+from ..core.dialects.sessions import ReconnectWatch
 from ..core.inject import Rule
 from ..core.pacing import Pacing
 from ..core.request import RequestFacts as CoreRequestFacts
-from ..core.session import ReconnectWatch
 from ..delivery import ClientDelivery
 from ..metrics import Metrics
 from ..redact import Secrets

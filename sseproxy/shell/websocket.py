@@ -26,9 +26,16 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessag
 
 from ..config import Settings
 from ..core import EndReason
-from ..core.session import SessionSpec, Step, TurnJudge, TurnResult, parse_message, session_spec
-from ..core.session_drills import End, Send, SessionDrill
-from ..core.session_drills import Step as DrillStep
+from ..core.dialects.session_drills import End, Send, SessionDrill
+from ..core.dialects.session_drills import Step as DrillStep
+from ..core.dialects.sessions import (
+    SessionSpec,
+    Step,
+    TurnJudge,
+    TurnResult,
+    parse_message,
+    session_spec,
+)
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets

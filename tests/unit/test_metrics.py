@@ -15,9 +15,9 @@ from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, 
 from sseproxy.core import dialects as registry
 from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
+from sseproxy.core.dialects.sessions import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
 from sseproxy.core.eventstream import Corruption
 from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
-from sseproxy.core.session import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
 from sseproxy.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 

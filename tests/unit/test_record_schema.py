@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from bench.record_cost import CASES, exchange
 from sseproxy import log
 from sseproxy.core import FinishCategory, State
+from sseproxy.core.dialects.sessions import TurnResult, session_spec
 from sseproxy.core.inject import parse_rules
-from sseproxy.core.session import TurnResult, session_spec
 from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
 from sseproxy.shell import record as records
 from sseproxy.shell.websocket import turn_fields

@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .inject import Rule
-from .session import SessionDialect
+from ..inject import Rule
+from .sessions import SessionDialect
 
 DRILL_REASON = "sseproxy drill"
 SESSION_RULES = frozenset(

@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from .dialects import new_assembler
-from .dialects.base import Assembler, as_int, dig, error_info, ident
-from .events import SSEEvent
-from .jsonvalue import loads
-from .verdict import (
+from ..events import SSEEvent
+from ..jsonvalue import loads
+from ..verdict import (
     Dialect,
     EndReason,
     ErrorInfo,
@@ -29,6 +27,8 @@ from .verdict import (
     Usage,
     Verdict,
 )
+from . import new_assembler
+from .base import Assembler, as_int, dig, error_info, ident
 
 
 class SessionDialect(StrEnum):
