@@ -41,8 +41,8 @@ from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
 from . import record as records
 from .admission import Refused, via_entry
+from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS
-from .relay import REQUEST_ID_HEADER
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
