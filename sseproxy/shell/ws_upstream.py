@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 from collections import deque
 from collections.abc import Sequence
@@ -30,6 +31,8 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from yarl import URL
+
+from .upstream.connect import tls_context
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
@@ -231,6 +234,12 @@ def request_event(
     )
 
 
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """The HTTP leg's trust store (the system's and certifi's), built once."""
+    return tls_context()
+
+
 async def connect(
     url: URL,
     request: Request,
@@ -248,7 +257,7 @@ async def connect(
             lambda: UpstreamSocket(max_message),
             host,
             port,
-            ssl=(tls or ssl.create_default_context()) if secure else None,
+            ssl=(tls or _default_tls()) if secure else None,
             server_hostname=host if secure else None,
         )
         assert sock.transport is not None
