@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -229,7 +229,7 @@ async def session(
             _from_client(ws, upstream, s, state, x),
             _from_upstream(request, ws, upstream, s, state, x),
         )
-        await asyncio.gather(*both)
+        await asyncio.gather(*(_peer_may_leave(d, upstream, s) for d in both))
     except asyncio.CancelledError:  # the client's connection was lost, or the proxy stops
         end = EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
         s.closed("proxy" if state.shutting_down else "client", None, "", False, end)
@@ -241,6 +241,16 @@ async def session(
             _turn_record(state, x, s, result)
         _session_record(state, x, s, handshake, bool(ws.compress))
     return ws
+
+
+async def _peer_may_leave(direction: Awaitable[None], up: UpstreamSocket, s: Session) -> None:
+    """A write to a client that has gone (a reset mid-message) ends the session as its
+    leaving: mirrored upstream without a close frame, never the proxy's error."""
+    try:
+        await direction
+    except ConnectionError:
+        s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
+        up.abort()
 
 
 def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:

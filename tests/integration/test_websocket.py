@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -644,3 +645,27 @@ async def test_a_client_that_vanishes_is_mirrored_upstream(wsup, ws_proxy, logs)
     await asyncio.wait_for(ended.wait(), 5)
     # the connection ended without a close frame, as the client's did
     assert upstream_saw[0] in (WSMsgType.CLOSED, WSMsgType.ERROR, "connection lost")
+
+
+async def test_a_client_reset_mid_stream_is_its_leaving_not_a_proxy_error(
+    wsup, ws_proxy, logs
+) -> None:
+    up, _ = wsup
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        with contextlib.suppress(ConnectionError):
+            for _ in range(400):
+                await ws.send_bytes(b"a" * 65536)
+        await ws.receive()
+
+    up.script = script
+    base = await ws_proxy()
+    ws = await connect(base, max_msg_size=0)
+    try:
+        await ws.receive()
+        ws._response.connection.transport.abort()
+    finally:
+        await ws.http.close()
+    [session] = await logs.wait_sessions()
+    assert (session["closed_by"], session["close_frame"]) == ("client", False)
+    assert "internal_error" not in "".join(logs.stream.history)
