@@ -73,6 +73,8 @@ CLOSE_TIMEOUT = 10.0
 # Ping round-trip times kept per session (the first ones); pings awaiting their pong.
 MAX_PING_TIMES = 64
 MAX_PINGS_IN_FLIGHT = 64
+# A message's name in the session record (a peer's string: bounded).
+MAX_NAME_CHARS = 100
 # The session anomaly the shell adds (it sees sessions, the core one at a time).
 RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
@@ -134,7 +136,7 @@ class Session:
     client_wait: float = 0.0
     blind: bool = False  # the judge raised: messages are still relayed, no longer judged
     drill: SessionDrill | None = None  # the drill rules that apply to this session
-    last_delivered: float | None = None
+    last_message_delivered: str | None = None  # the last upstream message the client took
 
     def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
         """Note who closed first and how; False when someone already had."""
@@ -365,13 +367,13 @@ async def _from_upstream(
                 if isinstance(step, End):
                     await _drill_end(request, ws, up, s, step)
                     return
-                _judged(state, x, s, "upstream", step.data, now)
+                name = _judged(state, x, s, "upstream", step.data, now)
                 if s.closed_by is None:
                     await ws.send_frame(
                         step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
                     )
                     s.client_wait += time.monotonic() - now
-                    s.last_delivered = time.monotonic()
+                    s.last_message_delivered = name
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
             await ws.ping(item.payload)
@@ -441,10 +443,13 @@ def _count(s: Session, direction: str, size: int) -> None:
     s.largest = max(s.largest, size)
 
 
-def _judged(state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float) -> None:
-    """Feed the judge; a bug there costs the session its judging, never a message."""
+def _judged(
+    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float
+) -> str | None:
+    """Feed the judge; a bug there costs the session its judging, never a message. Returns
+    the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
     if s.blind:
-        return
+        return None
     try:
         obj = parse_message(data)
         step = s.judge.client(obj) if side == "client" else s.judge.upstream(obj, data)
@@ -452,8 +457,12 @@ def _judged(state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, 
         s.blind = True
         s.judge.anomalies["core_error"] += 1
         safecall(state, "log", lambda: log.exception("session.core_error"))
-        return
+        return None
     _steps(state, x, s, step, now)
+    if not isinstance(obj, dict) or not obj:
+        return None
+    name = obj.get("type")
+    return (name if isinstance(name, str) else str(next(iter(obj))))[:MAX_NAME_CHARS]
 
 
 def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -> None:
@@ -537,6 +546,7 @@ def _session_record(
         "largest_message_bytes": s.largest,
         "ping_ms": s.ping_ms,
         "client_wait_ms": round(s.client_wait * 1000, 3),
+        "last_message_delivered": s.last_message_delivered,
         "go_away_s": judge.go_away_s,
         "resumable": judge.resumable,
         "anomalies": dict(sorted(anomalies.items())),

@@ -372,6 +372,7 @@ async def test_each_turn_is_recorded_when_it_ends_not_at_the_session_end(
     assert session["states"] == {"completed": 1, "interrupted": 1}
     assert session["anomalies"] == {"turn_open_at_close": 1}
     assert session["subprotocol"] == "realtime"
+    assert session["last_message_delivered"] == "response.created"
 
 
 async def test_a_client_that_closes_mid_turn_cancels_it(wsup, ws_proxy, logs) -> None:
