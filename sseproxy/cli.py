@@ -10,11 +10,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 COMMANDS = ("serve", "replay", "mock", "demo", "report")
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
@@ -69,6 +72,7 @@ SERVE_FLAGS = (
         "N",
     ),
     Flag("max_event_bytes", "a larger SSE event is forwarded but not analysed", "N"),
+    Flag("max_ws_message_bytes", "a larger WebSocket message closes its session (1009)", "N"),
     Flag("max_concurrent_streams", "beyond this many requests in flight, 503", "N"),
     Flag(
         "max_client_held_bytes",
@@ -246,11 +250,10 @@ def _demo_parser(sub: Any) -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse swallows an error writing its help; a help longer than stdout's buffer is
-    written before the end, so a reader that had left (`| head`) went unnoticed and the
-    command ended 0. The broken pipe is let through, to end as EXIT_BROKEN_PIPE."""
+    """argparse's parser, but `--help` lets a broken pipe through to `main` (argparse's own
+    printing swallows it once the text outgrows stdout's buffer, and exits 0)."""
 
-    def print_help(self, file: Any = None) -> None:
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         (file or sys.stdout).write(self.format_help())
 
 
@@ -260,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )
     parser.add_argument("--version", action="version", version=f"sseproxy {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
     _serve_parser(sub)
     _replay_parser(sub)
     _mock_parser(sub)

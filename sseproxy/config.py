@@ -145,6 +145,7 @@ class Settings:
     max_total_request_body_bytes: int = 256 * 1024 * 1024
     request_timeout: float = 60.0
     max_event_bytes: int = 16 * 1024 * 1024
+    max_ws_message_bytes: int = 128 * 1024 * 1024
     max_concurrent_streams: int = 2000
     max_client_held_bytes: int = 256 * 1024
     max_held_bytes: int = 64 * 1024 * 1024
@@ -518,6 +519,7 @@ def _validate(
         "max_request_body_bytes",
         "max_total_request_body_bytes",
         "max_event_bytes",
+        "max_ws_message_bytes",
         "max_concurrent_streams",
         "max_client_held_bytes",
         "max_held_bytes",

@@ -148,6 +148,9 @@ def output_includes_reasoning(dialect: Any) -> bool:
         return True
 
 
+CLOSE_CODES = frozenset(range(1000, 1016))
+
+
 class Metrics:
     def __init__(
         self, models: Iterable[str] = (), routes: Iterable[str] = (), *, process: bool = True
@@ -239,6 +242,12 @@ class Metrics:
             [*REQUEST_LABELS, "kind", "verdict"],
             registry=r,
         )
+        self.sessions = Counter(
+            "sseproxy_websocket_sessions",
+            "WebSocket sessions by how they closed (each turn is also counted in requests)",
+            ["route", "closed_by", "close_code"],
+            registry=r,
+        )
         Info("sseproxy_build", "The running sseproxy", registry=r).info({"version": __version__})
         if process:
             ProcessCollector(registry=r)
@@ -247,6 +256,15 @@ class Metrics:
                 GCCollector(registry=r)
         # At zero from startup: SseproxyImpossibleValues fires on increase() > 0.
         self._impossible = {field: self.impossible.labels(field) for field in IMPOSSIBLE_FIELDS}
+
+    def session_finished(self, record: Mapping[str, Any]) -> None:
+        """Count one WebSocket session. The close code is a peer's: a label only when it is
+        one of the RFC 6455 codes (1000-1015), else "other" (bounded), "none" without one."""
+        code = record.get("close_code")
+        label = "none" if code is None else str(code) if code in CLOSE_CODES else "other"
+        closed_by = record.get("closed_by")
+        by = closed_by if closed_by in ("client", "upstream", "proxy") else "none"
+        self.sessions.labels(self.route_label(record.get("route")), by, label).inc()
 
     def sink_failed(self, sink: str) -> None:
         self.sink_errors.labels(sink).inc()

@@ -198,6 +198,15 @@ class Tracing:
         self.propagator.inject(outgoing, context=trace.set_span_in_context(span))
         return span
 
+    def start_child(self, parent: trace.Span, name: str) -> trace.Span:
+        """A span under `parent`: a WebSocket session's turn."""
+        return self.tracer.start_span(
+            name,
+            context=trace.set_span_in_context(parent),
+            kind=SpanKind.CLIENT,
+            start_time=time.time_ns(),
+        )
+
     def end(
         self,
         span: trace.Span,

@@ -61,6 +61,11 @@ SELECT
     nullIf(nullIf(JSONExtractRaw(Body, 'resume'), ''), 'null') AS resume,
     nullIf(nullIf(JSONExtractRaw(Body, 'retry'), ''), 'null') AS retry,
     JSONExtract(Body, 'mcp_session_id', 'Nullable(String)') AS mcp_session_id,
-    JSONExtract(Body, 'sse_retry_ms', 'Nullable(UInt64)') AS sse_retry_ms
+    JSONExtract(Body, 'sse_retry_ms', 'Nullable(UInt64)') AS sse_retry_ms,
+    JSONExtract(Body, 'transport', 'Nullable(String)') AS transport,
+    JSONExtract(Body, 'session_id', 'Nullable(String)') AS session_id,
+    JSONExtract(Body, 'turn', 'Nullable(UInt32)') AS turn,
+    JSONExtract(Body, 'audio_bytes', 'Nullable(UInt64)') AS audio_bytes,
+    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';

@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     retry Nullable(String),                 -- JSON {of, regenerated, shared_prefix_chars}
     mcp_session_id Nullable(String),
     sse_retry_ms Nullable(UInt64),
+    transport LowCardinality(Nullable(String)),  -- "websocket" for a session's turn
+    session_id Nullable(String),
+    turn Nullable(UInt32),
+    audio_bytes Nullable(UInt64),
+    audio_ms Nullable(Float64),
 
     -- The keys the report groups by, computed once at insert.
     model_key LowCardinality(String) MATERIALIZED

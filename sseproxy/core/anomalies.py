@@ -81,5 +81,15 @@ ANOMALIES: frozenset[str] = frozenset(
         # Resumes and sessions (core/resume.py, core/dialects/mcp.py).
         "reconnect_before_retry",
         "session_expired",
+        # WebSocket sessions (core/dialects/sessions.py): the session record's, but session_expired
+        # and the named errors, which the turn they answer counts too.
+        "active_response_conflict",
+        "connection_limit_reached",
+        "previous_response_not_found",
+        "error_without_response",
+        "turn_open_at_close",
+        "too_many_open_turns",
+        "go_away",
+        "tool_call_cancellation",
     }
 )

@@ -26,6 +26,8 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
   `modelStreamErrorException` message, Cohere `message-end` with `ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
 - `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
+- `close-code=C`: WebSocket sessions only (core/dialects/session_drills.py): `cut-after` closes with
+  this close code instead of dropping the connection without a close frame.
 
 Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
 streams); byte rules then cut the resulting bytes into writes.
@@ -55,9 +57,10 @@ RULES = {
     "inject-error",
     "duplicate-snapshot",
     "crlf",
+    "close-code",
 }
 DEFAULTS = {"cut-mid-event": 3, "done-after-cut": 2, "inject-error": 2}
-NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "keepalive-stall", "cut-after"}
+NEEDS_NUMBER = {"rechunk", "delay", "stall-after", "keepalive-stall", "cut-after", "close-code"}
 # keepalive-stall: the interval between keep-alives (DeepSeek, sse-starlette send 1-15 s).
 KEEPALIVE_INTERVAL_MS = 1000
 

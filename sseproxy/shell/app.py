@@ -34,6 +34,7 @@ from .relay import analyse_backlog
 from .sinks import deliver, safecall
 from .state import Exchange, ProxyState
 from .upstream import UpstreamPool
+from .websocket import is_websocket, session
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -83,6 +84,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     try:
         try:
             x.facts = await admit(request, x, state, settings)
+            if is_websocket(request):
+                return await session(request, x, state, settings)
             return await forward(request, x, state, settings)
         except Refused as refused:
             return await send_own(request, x, refused)
@@ -99,7 +102,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         tap = x.progress.tap
         if tap is not None and tap.backlog:  # after the client's response has ended
             await analyse_backlog(tap)
-        finish(state, x, settings.content_timeout, request.app[LEDGER])
+        if not x.progress.upgraded:  # a session wrote its own records
+            finish(state, x, settings.content_timeout, request.app[LEDGER])
         release(state, x)
 
 

@@ -142,9 +142,11 @@ def build_rendered(
     verdict: Verdict,
     pacing: PacingSummary | None = None,
     links: Links | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[Record, bytes | None]:
     """`build`'s record, and its JSON as `log.json_ready`'s test rendered it (None when the
-    record had to be rebuilt): the log line reuses it instead of rendering it again."""
+    record had to be rebuilt): the log line reuses it instead of rendering it again. `extra`:
+    fields that override the verdict's (a WebSocket turn's transport, session, dialect)."""
     body = verdict.to_dict()
     response_model = body.pop("model")
     route = facts.route
@@ -187,6 +189,8 @@ def build_rendered(
         fields.update(log_ids(progress.span))
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:
         fields["no_body_expected"] = True
+    if extra:
+        fields.update(extra)
     # Once: every sink gets only this, redacted and serialisable as JSON.
     ready, rendered = json_rendered(facts.secrets.redact(fields))
     return MappingProxyType(ready), rendered

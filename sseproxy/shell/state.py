@@ -16,6 +16,7 @@ from aiohttp import web
 from ..capture import Capture, CaptureStore
 from ..config import Route, Settings
 from ..core import EndReason, ErrorInfo, StreamTap
+from ..core.dialects.sessions import ReconnectWatch
 from ..core.inject import Rule
 from ..core.pacing import Pacing
 from ..core.request import RequestFacts as CoreRequestFacts
@@ -172,6 +173,8 @@ class Progress:
     upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
     bytes_after_end: int = 0  # stray bytes after the upstream response's end (the leg's count)
     proxy_error: ErrorInfo | None = None
+    # A WebSocket session took over: it writes its own records (one per turn, the session's).
+    upgraded: bool = False
 
     def client_left(self, upstream_ended: bool) -> None:
         """The client went before the last byte: `http_complete` says what the proxy knows of
@@ -213,6 +216,7 @@ class ProxyState:
     # Response bytes held for clients, against max_held_bytes.
     held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
+    reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
 
 
 class _Random:

@@ -66,7 +66,19 @@ class LogCapture:
         """Every record written, also those a test cleared from the log."""
         lines = "".join(self.stream.history).splitlines()
         parsed = (json.loads(line) for line in lines)
-        return [r for r in parsed if r.get("event") == "request.finished"]
+        return [r for r in parsed if r.get("event") in ("request.finished", "session.finished")]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """The `session.finished` records (one per WebSocket connection)."""
+        parsed = (json.loads(line) for line in "".join(self.stream.history).splitlines())
+        return [r for r in parsed if r.get("event") == "session.finished"]
+
+    async def wait_sessions(self, n: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        async with asyncio.timeout(timeout):
+            while len(self.sessions()) < n:
+                self.written.clear()
+                await self.written.wait()
+        return self.sessions()
 
     async def wait(self, n: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
         """The records, once at least `n` were written (woken by each write, no polling)."""

@@ -15,6 +15,7 @@ from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, 
 from sseproxy.core import dialects as registry
 from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
+from sseproxy.core.dialects.sessions import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
 from sseproxy.core.eventstream import Corruption
 from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
 from sseproxy.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
@@ -23,6 +24,7 @@ from tests import corpus
 CORE = Path(__file__).resolve().parents[2] / "sseproxy" / "core"
 # `anomalies[<expression>]` whose key is not a literal, with every name it can take.
 DYNAMIC_KEYS = {
+    "named": (*REALTIME_ERROR_ANOMALIES.values(), *RESPONSES_ERROR_ANOMALIES.values()),
     'ptype.replace("-", "_")': ("tool_input_error", "tool_output_error"),
     "why": (),  # _go_blind(why): its literal arguments are collected below
     "str(decoder.corrupt)": tuple(str(c) for c in Corruption),  # the event stream's faults
@@ -120,6 +122,7 @@ def test_series_carry_route_dialect_and_model() -> None:
         "sseproxy_build_info",
         "sseproxy_active_streams",
         "sseproxy_sink_errors",
+        "sseproxy_websocket_sessions",  # per session (its turns are requests)
     }
     for name, labels in families.items():
         if name.startswith("sseproxy_") and name not in unlabelled:
@@ -280,3 +283,24 @@ def test_links_are_counted_by_kind_and_verdict_from_the_record() -> None:
         if name == "sseproxy_stream_links_total"
     }
     assert got == {("resume", "duplicate"): 1, ("retry", "regenerated"): 1}
+
+
+def test_websocket_sessions_are_counted_by_who_closed_and_a_bounded_close_code() -> None:
+    metrics = Metrics([], ["openai"], process=False)
+    for code, by in ((1000, "client"), (1011, "upstream"), (4321, "upstream"), (None, "upstream")):
+        metrics.session_finished({"route": "openai", "close_code": code, "closed_by": by})
+    metrics.session_finished({"route": "forged", "close_code": 99999, "closed_by": "someone"})
+    got = {
+        tuple(sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(metrics.exposition().decode())
+        if f.name == "sseproxy_websocket_sessions"
+        for s in f.samples
+    }
+    key = lambda route, by, code: (("close_code", code), ("closed_by", by), ("route", route))  # noqa: E731
+    assert got == {
+        key("openai", "client", "1000"): 1.0,
+        key("openai", "upstream", "1011"): 1.0,
+        key("openai", "upstream", "other"): 1.0,
+        key("openai", "upstream", "none"): 1.0,
+        key("none", "none", "other"): 1.0,
+    }

@@ -111,7 +111,10 @@ FLOORS = ROOT / ".ci" / "floors.txt"
 # The extras the floors run installs (`pip install -e '.[test]'` pulls `otel` through
 # `sseproxy[otel]`); `bench` is not installed by CI, so its bounds are not pinned there.
 FLOOR_EXTRAS = ("test", "otel")
-LOWER_BOUND = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)>=([0-9][0-9.]*)(?:\s*;.*)?")
+# name, optional extras (a constraints file pins the name alone), floor, optional marker
+LOWER_BOUND = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[a-z0-9,_-]+\])?>=([0-9][0-9.]*)(?:\s*;.*)?"
+)
 
 
 def declared_floors() -> dict[str, str]:

@@ -19,7 +19,7 @@ from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.shell import record as records
-from sseproxy.shell import state
+from sseproxy.shell import state, websocket
 from sseproxy.shell.delivery import ClientDelivery
 from sseproxy.shell.ledger import Links
 
@@ -96,10 +96,11 @@ def every_field_record() -> set[str]:
 
 def test_every_anomaly_is_in_the_readme() -> None:
     compare(
-        set(ANOMALIES) | {records.RECORD_ERROR, records.BYTES_AFTER_RESPONSE},
+        set(ANOMALIES)
+        | {records.RECORD_ERROR, records.BYTES_AFTER_RESPONSE, websocket.RECONNECT_LOOP},
         first_column("### Anomalies"),
         "anomaly names",
-        "### Anomalies table (core/anomalies.py, shell/record.py)",
+        "### Anomalies table (core/anomalies.py, shell/record.py, shell/websocket.py)",
     )
 
 

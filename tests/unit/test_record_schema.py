@@ -21,11 +21,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from bench.record_cost import CASES, KEY, exchange
 from sseproxy import log
 from sseproxy.core import Dialect, FinishCategory, State, StreamTap
+from sseproxy.core.dialects.sessions import TurnResult, session_spec
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
 from sseproxy.shell import record as records
 from sseproxy.shell.ledger import Links
+from sseproxy.shell.websocket import turn_fields
 from tests.record_contract import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,12 @@ def every_kind() -> Iterator[dict[str, Any]]:
         progress.span, progress.http_complete = span, False
         yield written(records.build(facts, progress, verdict, pacing), logging.WARNING)
     span.end()
+    # a WebSocket turn, and a session
+    facts, progress = exchange(next(iter(CASES)))
+    verdict, _ = records.verdict_of(facts, progress)
+    result = TurnResult(1, verdict, audio_bytes=4800, audio_ms=100.0)
+    extra = turn_fields("s1", session_spec("/v1/realtime"), result)
+    yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
     yield linked()
 
 

@@ -1,0 +1,559 @@
+"""WebSocket sessions: connect upstream first, then finish the client's handshake with what
+the upstream chose, relay every message both ways in order, and record each turn and the
+session.
+
+The client leg is aiohttp's documented `web.WebSocketResponse` with `decode_text=False` (text
+arrives as its bytes, never re-decoded), `autoping=False` and `autoclose=False` (pings, pongs
+and close frames are relayed, never answered here), no heartbeat. The upstream leg is
+`ws_upstream` (wsproto on a connection of our own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
+from multidict import CIMultiDict
+from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
+
+from ..config import Settings
+from ..core import EndReason
+from ..core.dialects.session_drills import End, Send, SessionDrill
+from ..core.dialects.session_drills import Step as DrillStep
+from ..core.dialects.sessions import (
+    SessionSpec,
+    Step,
+    TurnJudge,
+    TurnResult,
+    parse_message,
+    session_spec,
+)
+from ..log import json_ready
+from ..record_schema import SCHEMA_VERSION
+from ..redact import Secrets
+from . import record as records
+from .admission import Refused, via_entry
+from .forward import REQUEST_ID_HEADER
+from .inspector import CONTENT_CHARS
+from .sinks import deliver, safecall
+from .state import Exchange, Progress, ProxyState, Timings, new_request_id
+from .tapping import open_tap, tap_options
+from .upstream import HOP_BY_HOP, REQUEST_DROP, forwardable, upstream_url
+from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, request_event
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+log = structlog.get_logger("sseproxy")
+
+# Headers the handshakes make themselves on each hop (wsproto upstream, aiohttp downstream).
+HANDSHAKE_HEADERS = frozenset(
+    {
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-protocol",
+        "sec-websocket-extensions",
+        "sec-websocket-accept",
+        "upgrade",
+        "connection",
+        "content-length",
+        "transfer-encoding",
+    }
+)
+# Seconds the peer that did not close first has to answer a close frame.
+CLOSE_TIMEOUT = 10.0
+# Ping round-trip times kept per session (the first ones); pings awaiting their pong.
+MAX_PING_TIMES = 64
+MAX_PINGS_IN_FLIGHT = 64
+# A message's name in the session record (a peer's string: bounded).
+MAX_NAME_CHARS = 100
+# The session anomaly the shell adds (it sees sessions, the core one at a time).
+RECONNECT_LOOP = "reconnect_loop"
+# The subprotocol OpenAI's browser clients carry their key in.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+def is_websocket(request: web.Request) -> bool:
+    """An upgrade to WebSocket: the token and `Connection: upgrade`, any case."""
+    if request.method != "GET":
+        return False
+    upgrade = {
+        t.strip().lower() for v in request.headers.getall("Upgrade", []) for t in v.split(",")
+    }
+    connection = {
+        t.strip().lower() for v in request.headers.getall("Connection", []) for t in v.split(",")
+    }
+    return "websocket" in upgrade and "upgrade" in connection
+
+
+def _tokens(request: web.Request, name: str) -> list[str]:
+    return [t.strip() for v in request.headers.getall(name, []) for t in v.split(",") if t.strip()]
+
+
+def session_secrets(secrets: Secrets, subprotocols: list[str]) -> Secrets:
+    """The request's secrets plus a key carried as a subprotocol (OpenAI's browser form)."""
+    found = [p for p in subprotocols if p.startswith(KEY_SUBPROTOCOL)]
+    found += [p[len(KEY_SUBPROTOCOL) :] for p in found]
+    return Secrets(secrets.values + tuple(found)) if found else secrets
+
+
+@dataclass
+class _Clock:
+    """One turn's clock readings and facts, for its record."""
+
+    request_id: str
+    started_at: float
+    timings: Timings
+    span: Span | None = None
+
+
+@dataclass
+class Session:
+    """What one connection did, for the `session.finished` record."""
+
+    spec: SessionSpec
+    judge: TurnJudge
+    start: float
+    messages: Counter[str] = field(default_factory=Counter)
+    sizes: Counter[str] = field(default_factory=Counter)
+    largest: int = 0
+    pings: dict[tuple[str, bytes], float] = field(default_factory=dict)
+    ping_ms: list[float] = field(default_factory=list)
+    clocks: dict[int, _Clock] = field(default_factory=dict)
+    closed_by: str | None = None
+    close_code: int | None = None
+    close_reason: str = ""
+    close_frame: bool = False
+    end: EndReason = EndReason.END_OF_INPUT
+    client_wait: float = 0.0
+    blind: bool = False  # the judge raised: messages are still relayed, no longer judged
+    drill: SessionDrill | None = None  # the drill rules that apply to this session
+    last_message_delivered: str | None = None  # the last upstream message the client took
+
+    def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
+        """Note who closed first and how; False when someone already had."""
+        if self.closed_by is not None:
+            return False
+        self.closed_by, self.close_code, self.close_reason = by, code, reason
+        self.close_frame, self.end = frame, end
+        return True
+
+    def ping(self, direction: str, payload: bytes, now: float) -> None:
+        if len(self.pings) < MAX_PINGS_IN_FLIGHT:
+            self.pings[(direction, payload)] = now
+
+    def pong(self, direction: str, payload: bytes, now: float) -> None:
+        # a pong answers the ping that travelled the other way
+        sent = self.pings.pop(("u" if direction == "c" else "c", payload), None)
+        if sent is not None and len(self.ping_ms) < MAX_PING_TIMES:
+            self.ping_ms.append(round((now - sent) * 1000, 3))
+
+
+async def session(
+    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+) -> web.StreamResponse:
+    """Relay one WebSocket session; every record is written before this returns."""
+    facts = x.facts
+    assert facts.route is not None
+    try:
+        url = upstream_url(facts.route, request.raw_path)  # scheme, host, port from the route
+    except ValueError as exc:
+        raise Refused(400, "bad_target", str(exc)) from exc
+    subprotocols = _tokens(request, "Sec-WebSocket-Protocol")
+    deflate = any(
+        t.split(";")[0].strip().lower() == "permessage-deflate"
+        for t in _tokens(request, "Sec-WebSocket-Extensions")
+    )
+    x.facts = facts = dataclasses.replace(
+        facts, secrets=session_secrets(facts.secrets, subprotocols)
+    )
+    headers = forwardable(request.headers, REQUEST_DROP | HANDSHAKE_HEADERS)
+    via = request.headers.getall("Via", ())
+    headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
+    if state.tracing is not None:  # the session's span; each turn's is its child
+        x.progress.span = state.tracing.start(request.headers, headers, "GET", facts.path)
+    raw = [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in headers.items()]
+    limit = settings.max_ws_message_bytes
+    try:
+        upstream, handshake = await connect(
+            url,
+            request_event(url, subprotocols, deflate, raw),
+            limit,
+            settings.connect_timeout,
+            None,
+        )
+    except (OSError, TimeoutError, ConnectionError) as exc:
+        raise Refused(
+            502,
+            "upstream_unreachable",
+            f"no WebSocket connection to {url.host}: {type(exc).__name__}",
+            end=EndReason.UPSTREAM_UNREACHABLE,
+        ) from None
+    x.progress.timings.headers = time.monotonic()
+    x.progress.status = handshake.status
+    if handshake.status != 101:
+        return await _rejected(request, x, handshake)
+    spec = session_spec(request.path)
+    # text is counted, and kept only for the inspector's content view when asked for
+    s = Session(spec, spec.judge(CONTENT_CHARS if settings.keep_content else 0), facts.start)
+    drill = SessionDrill(facts.inject_rules, spec.dialect)
+    s.drill = drill if drill.active else None
+    route = facts.route.name if facts.route else None
+    nonce = request.headers.get("Sec-WebSocket-Key")  # a "key" by name, new per connection
+    credentials = tuple(v for v in facts.secrets.values if v != nonce)
+    if state.reconnects.opened(route, credentials, time.monotonic()):
+        s.judge.anomalies[RECONNECT_LOOP] += 1
+    ws = web.WebSocketResponse(
+        protocols=(handshake.subprotocol,) if handshake.subprotocol else (),
+        autoping=False,
+        autoclose=False,
+        compress=deflate,
+        # aiohttp refuses a frame of exactly `max_msg_size` bytes: the limit is inclusive here
+        max_msg_size=limit + 1,
+        decode_text=False,
+        timeout=CLOSE_TIMEOUT,
+    )
+    for name, value in _copied(handshake.headers):
+        ws.headers.add(name, value)
+    ws.headers[REQUEST_ID_HEADER] = facts.request_id
+    x.progress.upgraded = True
+    try:
+        await ws.prepare(request)
+        both = (
+            _from_client(ws, upstream, s, state, x),
+            _from_upstream(request, ws, upstream, s, state, x),
+        )
+        await asyncio.gather(*(_peer_may_leave(d, upstream, s) for d in both))
+    except asyncio.CancelledError:  # the client's connection was lost, or the proxy stops
+        end = EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
+        s.closed("proxy" if state.shutting_down else "client", None, "", False, end)
+        upstream.abort()
+        raise
+    finally:
+        upstream.abort()
+        for result in s.judge.close(s.end, s.close_code, s.close_reason):
+            _turn_record(state, x, s, result)
+        _session_record(state, x, s, handshake, bool(ws.compress))
+    return ws
+
+
+async def _peer_may_leave(direction: Awaitable[None], up: UpstreamSocket, s: Session) -> None:
+    """A write to a client that has gone (a reset mid-message) ends the session as its
+    leaving: mirrored upstream without a close frame, never the proxy's error."""
+    try:
+        await direction
+    except ConnectionError:
+        s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
+        up.abort()
+
+
+def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:
+    attributes = {
+        "sseproxy.session_id": record["session_id"],
+        "sseproxy.dialect": record["dialect"],
+        "sseproxy.closed_by": record["closed_by"],
+        "sseproxy.close_code": record["close_code"],
+        "sseproxy.turns": record["turns"],
+        "sseproxy.anomalies": sorted(record["anomalies"]) or None,
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    span.end()
+
+
+def _copied(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    skip = HOP_BY_HOP | HANDSHAKE_HEADERS
+    out = []
+    for name, value in headers:
+        text = name.decode("latin-1")
+        if text.lower() not in skip:
+            out.append((text, value.decode("latin-1")))
+    return out
+
+
+async def _rejected(request: web.Request, x: Exchange, handshake: Handshake) -> web.Response:
+    """The upstream refused the upgrade: its status, headers and body, as they were."""
+    headers: CIMultiDict[str] = CIMultiDict(_copied(handshake.headers))
+    headers[REQUEST_ID_HEADER] = x.facts.request_id
+    content_type = headers.get("Content-Type")
+    x.progress.content_type = content_type
+    x.progress.response_headers = dict(headers)
+    tap = open_tap(None, content_type, None, tap_options(1 << 20, 0), x.facts.asked)
+    tap.feed(handshake.body)
+    x.progress.tap = tap
+    x.progress.http_complete = True
+    response = web.Response(status=handshake.status, body=handshake.body, headers=headers)
+    response.force_close()
+    return response
+
+
+async def _from_client(
+    ws: web.WebSocketResponse, up: UpstreamSocket, s: Session, state: ProxyState, x: Exchange
+) -> None:
+    while True:
+        msg = await ws.receive()
+        now = time.monotonic()
+        kind = msg.type
+        if kind in (WSMsgType.TEXT, WSMsgType.BINARY):
+            data = msg.data if isinstance(msg.data, bytes) else bytes(msg.data)
+            _count(s, "client", len(data))
+            _judged(state, x, s, "client", data, now)
+            if kind is WSMsgType.TEXT:
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:  # wsproto sends only valid text: the proxy's 1007
+                    s.closed("proxy", 1007, "invalid UTF-8", True, EndReason.CLIENT_DISCONNECTED)
+                    await up.send(CloseConnection(1007, "invalid UTF-8 text message"))
+                    await ws.close(code=1007, message=b"invalid UTF-8 text message")
+                    return
+                await up.send(TextMessage(data=text))
+            else:
+                await up.send(BytesMessage(data=data))
+        elif kind is WSMsgType.PING:
+            payload = bytes(msg.data)
+            s.ping("c", payload, now)
+            await up.send(Ping(payload=payload))
+        elif kind is WSMsgType.PONG:
+            payload = bytes(msg.data)
+            s.pong("c", payload, now)
+            await up.send(Pong(payload=payload))
+        elif kind is WSMsgType.CLOSE:
+            code = msg.data or None
+            reason = msg.extra or ""
+            if s.closed("client", code, reason, True, EndReason.CLIENT_DISCONNECTED):
+                await up.send(CloseConnection(code or 1005, reason if code else None))
+            return
+        elif kind is WSMsgType.CLOSING:
+            return  # our own close (relaying the upstream's) is under way
+        else:  # CLOSED or ERROR: the client went without a close frame, or sent too much
+            error = msg.data if kind is WSMsgType.ERROR else None
+            if isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG:
+                s.closed("proxy", 1009, "message too big", True, EndReason.CLIENT_DISCONNECTED)
+                await up.send(CloseConnection(1009, "message too big"))
+            else:
+                s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
+                up.abort()
+            return
+
+
+async def _from_upstream(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    up: UpstreamSocket,
+    s: Session,
+    state: ProxyState,
+    x: Exchange,
+) -> None:
+    while True:
+        if s.closed_by is not None and s.closed_by != "upstream":
+            try:  # the client (or the proxy) closed: the upstream's answer ends the session
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    item = await up.next()
+            except TimeoutError:
+                return
+        else:
+            item = await up.next()
+        now = time.monotonic()
+        if isinstance(item, Message):
+            _count(s, "upstream", len(item.data))
+            for step in _drilled(state, s, item):
+                if isinstance(step, End):
+                    await _drill_end(request, ws, up, s, step)
+                    return
+                name = _judged(state, x, s, "upstream", step.data, now)
+                if s.closed_by is None:
+                    await ws.send_frame(
+                        step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
+                    )
+                    s.client_wait += time.monotonic() - now
+                    s.last_message_delivered = name
+        elif isinstance(item, Control) and item.kind == "ping":
+            s.ping("u", item.payload, now)
+            await ws.ping(item.payload)
+        elif isinstance(item, Control) and item.kind == "pong":
+            s.pong("u", item.payload, now)
+            await ws.pong(item.payload)
+        elif isinstance(item, Control):  # the close frame
+            if s.closed_by is None:
+                s.closed("upstream", item.code, item.reason, True, EndReason.UPSTREAM_CLOSED)
+                await up.send(CloseConnection(item.code or 1005, item.reason or None).response())
+                await _close_client(ws, item.code, item.reason)
+            elif s.closed_by == "client":
+                # the upstream's answer to the client's close goes back to the client
+                await _close_client(ws, item.code, item.reason)
+            return
+        else:  # the connection ended without a close frame
+            if s.closed_by is None:
+                if up.too_big:
+                    s.closed("proxy", 1009, "message too big", True, EndReason.UPSTREAM_CLOSED)
+                    await ws.close(code=1009, message=b"message too big")
+                    return
+                s.closed("upstream", None, "", False, EndReason.UPSTREAM_RESET)
+                transport = request.transport
+                if transport is not None:
+                    transport.abort()  # mirrored: the client sees no close frame either
+            return
+
+
+def _drilled(state: ProxyState, s: Session, item: Message) -> Sequence[DrillStep]:
+    """What the client gets for `item`: itself, unless a drill says otherwise."""
+    drill = s.drill
+    if drill is not None:
+        try:
+            return drill.message(parse_message(item.data), item.data, item.text)
+        except Exception:  # a bug in the drill: the session goes on undrilled
+            s.drill = None
+            safecall(state, "log", lambda: log.exception("session.drill_error"))
+    return (Send(item.data, item.text),)
+
+
+async def _drill_end(
+    request: web.Request, ws: web.WebSocketResponse, up: UpstreamSocket, s: Session, end: End
+) -> None:
+    """A drill ends the session as a provider would: a close frame, or none at all."""
+    if end.code is None:
+        s.closed("proxy", None, "", False, EndReason.UPSTREAM_RESET)
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+    else:
+        s.closed("proxy", end.code, end.reason, True, EndReason.UPSTREAM_CLOSED)
+        await _close_client(ws, end.code, end.reason)
+    up.abort()
+
+
+async def _close_client(ws: web.WebSocketResponse, code: int | None, reason: str) -> None:
+    with contextlib.suppress(OSError, RuntimeError):
+        if code is None:  # a close frame without a status, relayed as one
+            await ws.send_frame(b"", WSMsgType.CLOSE)
+        else:
+            await ws.close(code=code, message=reason.encode())
+
+
+def _count(s: Session, direction: str, size: int) -> None:
+    s.messages[direction] += 1
+    s.sizes[direction] += size
+    s.largest = max(s.largest, size)
+
+
+def _judged(
+    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float
+) -> str | None:
+    """Feed the judge; a bug there costs the session its judging, never a message. Returns
+    the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
+    if s.blind:
+        return None
+    try:
+        obj = parse_message(data)
+        step = s.judge.client(obj) if side == "client" else s.judge.upstream(obj, data)
+    except Exception:
+        s.blind = True
+        s.judge.anomalies["core_error"] += 1
+        safecall(state, "log", lambda: log.exception("session.core_error"))
+        return None
+    _steps(state, x, s, step, now)
+    if not isinstance(obj, dict) or not obj:
+        return None
+    name = obj.get("type")
+    return (name if isinstance(name, str) else str(next(iter(obj))))[:MAX_NAME_CHARS]
+
+
+def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -> None:
+    for number in step.opened:
+        span = None
+        if state.tracing is not None and x.progress.span is not None:
+            name = f"{s.spec.dialect} turn {number}"
+            span = state.tracing.start_child(x.progress.span, name)
+        s.clocks[number] = _Clock(new_request_id(), time.time(), Timings(now, headers=now), span)
+    if step.deltas:
+        for clock in s.clocks.values():
+            clock.timings.chunk(now, now, step.deltas)
+    for result in step.ended:
+        _turn_record(state, x, s, result)
+
+
+def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult) -> None:
+    """One `request.finished` record per turn, written when the turn ends."""
+    clock = s.clocks.pop(result.number, None) or _Clock(
+        new_request_id(), time.time(), Timings(time.monotonic())
+    )
+    facts = dataclasses.replace(
+        x.facts, request_id=clock.request_id, started_at=clock.started_at, start=clock.timings.start
+    )
+    progress = Progress(clock.timings, status=result.status or 101, span=clock.span)
+    verdict = result.verdict
+    try:
+        record, rendered = records.build_rendered(
+            facts, progress, verdict, extra=turn_fields(x.facts.request_id, s.spec, result)
+        )
+    except Exception as exc:
+        record, rendered = records.fallback(facts, progress, exc), None
+    deliver(state, facts, progress, verdict, record, rendered)
+
+
+def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
+    """What a turn's record holds beyond a request's."""
+    return {
+        "transport": "websocket",
+        "session_id": session_id,
+        "turn": result.number,
+        "dialect": str(spec.dialect),
+        "audio_bytes": result.audio_bytes,
+        "audio_ms": result.audio_ms,
+    }
+
+
+def _session_record(
+    state: ProxyState,
+    x: Exchange,
+    s: Session,
+    handshake: Handshake,
+    client_deflate: bool,
+) -> None:
+    """One `session.finished` record per connection."""
+    judge = s.judge
+    anomalies = +judge.anomalies
+    fields: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "transport": "websocket",
+        "session_id": x.facts.request_id,
+        "route": x.facts.route.name if x.facts.route else None,
+        "upstream": x.facts.route.upstream if x.facts.route else None,
+        "path": x.facts.path,
+        "dialect": str(s.spec.dialect),
+        "subprotocol": handshake.subprotocol,
+        "extensions": {
+            "client": ["permessage-deflate"] if client_deflate else [],
+            "upstream": handshake.extensions,
+        },
+        "close_code": s.close_code,
+        "close_reason": s.close_reason or None,
+        "closed_by": s.closed_by,
+        "close_frame": s.close_frame,
+        "duration_ms": round((time.monotonic() - s.start) * 1000, 3),
+        "turns": judge.turns,
+        "states": dict(sorted(judge.states.items())),
+        "errors": judge.errors,
+        "messages": {"client": s.messages["client"], "upstream": s.messages["upstream"]},
+        "bytes": {"client": s.sizes["client"], "upstream": s.sizes["upstream"]},
+        "largest_message_bytes": s.largest,
+        "ping_ms": s.ping_ms,
+        "client_wait_ms": round(s.client_wait * 1000, 3),
+        "last_message_delivered": s.last_message_delivered,
+        "go_away_s": judge.go_away_s,
+        "resumable": judge.resumable,
+        "anomalies": dict(sorted(anomalies.items())),
+    }
+    record = json_ready(x.facts.secrets.redact(fields))
+    safecall(state, "log", lambda: log.info("session.finished", **record))
+    span = x.progress.span
+    if span is not None:
+        safecall(state, "tracing", lambda: _end_session_span(span, record))
+    safecall(state, "metrics", lambda: state.metrics.session_finished(record))
