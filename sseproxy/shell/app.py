@@ -23,7 +23,7 @@ from ..target import BadTarget, parse_target
 from . import record as records
 from .admission import Refused, admit
 from .errors import describe
-from .inspector import Inspector
+from .inspector import Inspector, Retention
 from .record import PROXY_ERROR, proxy_error
 from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
 from .sinks import deliver, safecall
@@ -205,7 +205,14 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
                 settings.capture_request_bodies,
             )
         )
-    inspector = Inspector(settings.keep_content)
+    retention = Retention(
+        settings.inspector_streams,
+        settings.inspector_stream_bytes,
+        settings.inspector_total_bytes,
+        settings.inspector_events,
+        settings.inspector_chars,
+    )
+    inspector = Inspector(settings.keep_content, retention=retention, captures=captures)
     if tracing is None and settings.otel_endpoint:
         from ..tracing import Tracing
 
@@ -217,6 +224,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     app.router.add_get(OWN_PREFIX, inspector.page)
     app.router.add_get(OWN_PREFIX + "events", inspector.feed)
     app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
+    app.router.add_get(OWN_PREFIX + "captures/{request_id}/{kind}", inspector.capture_file)
     app.on_startup.append(inspector.start)
     app.on_shutdown.append(inspector.stop)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
