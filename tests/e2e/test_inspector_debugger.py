@@ -187,6 +187,7 @@ async def test_a_cut_stream_shows_its_chunks_and_tail_and_redacted_headers(
         assert (await page.evaluate("document.getElementById('replay').textContent")).startswith(
             "sseproxy replay "
         )
+        await page.evaluate("document.getElementById('raw').scrollIntoView()")
         save(await page.call("Page.captureScreenshot", format="png"), "inspector-raw-bytes.png")
 
 

@@ -286,3 +286,15 @@ def test_the_store_remembers_a_bounded_number_of_captures(tmp_path: Path, monkey
         store._write(cap, {"content_encoding": None}, capture.Secrets())
     assert store.files_of("a") is None
     assert store.files_of("b") is not None and store.files_of("c") is not None
+
+
+async def test_anomalies_are_marked_on_the_event_they_concern(upstream, make_proxy, logs) -> None:
+    fake, _ = upstream
+    body = sse(chat_chunk("Hi"), "{not json", chat_chunk(finish="stop"), "[DONE]")
+    fake.script("/v1/chat/completions", Script([Send(body)]))
+    client = await make_proxy(keep_content=True)
+    record, _ = await one(client, logs, "/v1/chat/completions")
+    assert record["anomalies"].get("json_decode_error") == 1
+    d = await detail(client, record["request_id"])
+    marked = [(e["data"], e["anomalies"]) for e in d["events"] if e["anomalies"]]
+    assert marked == [("{not json", ["json_decode_error"])]
