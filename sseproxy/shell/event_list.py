@@ -72,6 +72,10 @@ class _ListingTap(StreamTap):
         return found
 
     def on_frames(self, frames: list[Frame]) -> None:
+        if self.owner.full:  # no more rows: the analysis goes on for the end's findings
+            self.owner.omitted += len(frames)
+            super().on_frames(frames)
+            return
         for frame in frames:
             before = self.counted()
             super().on_frames([frame])
@@ -81,11 +85,19 @@ class _ListingTap(StreamTap):
                 self.owner.add("event", frame.type, len(frame.raw), frame.data, before)
 
     def on_line(self, line: Line) -> None:
+        if self.owner.full:
+            self.owner.omitted += 1
+            super().on_line(line)
+            return
         before = self.counted()
         super().on_line(line)
         self.owner.add("line", _json_type(line.data), len(line.data), _text(line.data), before)
 
     def on_message(self, message: EventMessage) -> None:
+        if self.owner.full:
+            self.owner.omitted += 1
+            super().on_message(message)
+            return
         before = self.counted()
         super().on_message(message)
         etype = message.event_type or message.exception_type or message.message_type
@@ -116,9 +128,13 @@ class EventList:
         self.t_ms = 0.0
         self.tap: _ListingTap | None = None
 
+    @property
+    def full(self) -> bool:
+        return len(self.rows) >= self.max_events
+
     def add(self, kind: str, etype: str, size: int, data: str, before: Counter[str]) -> None:
         assert self.tap is not None
-        if len(self.rows) >= self.max_events:
+        if self.full:
             self.omitted += 1
             return
         new = sorted((self.tap.counted() - before).keys())

@@ -276,6 +276,8 @@ class Inspector:
         self.retention = retention or Retention()
         self.budget = ByteBudget(self.retention.total_bytes)
         self.captures = captures
+        # Rebuilding a stream's event list takes up to ~0.2 s for a full 1 MiB of tiny events
+        self._building = asyncio.Semaphore(1)
         self.streams: OrderedDict[str, StreamView] = OrderedDict()
         # Finished streams still holding their bytes, oldest first (at most retention.streams).
         self.kept: OrderedDict[str, StreamView] = OrderedDict()
@@ -462,7 +464,8 @@ class Inspector:
         view = self.streams.get(request.match_info["request_id"])
         if view is None:
             return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
-        detail = view.detail(self.retention, self.keep_content)
+        async with self._building:  # one at a time, off the loop: forwarding never waits
+            detail = await asyncio.to_thread(view.detail, self.retention, self.keep_content)
         detail["capture"] = self.capture_of(view.request_id)
         return web.Response(body=orjson.dumps(detail), content_type="application/json")
 
