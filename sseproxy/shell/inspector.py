@@ -5,6 +5,9 @@ runs, and at its end. Changes are coalesced: at most FLUSHES_PER_SECOND times a 
 changed rows are serialised once, as one batch, and the same bytes go to every viewer, so the
 cost of a busy proxy does not multiply by the number of open pages. The page is one
 self-contained file (no CDN, no build step) that carries the current rows in its first paint.
+
+With keep_content each view also keeps its stream's first bytes as relayed (bounded by
+`Retention`), from which a stream's detail rebuilds its event list and raw view on request.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ class Retention:
 
 @dataclass
 class ByteBudget:
-    """The bytes all views hold together; a chunk that does not fit is not kept."""
+    """The bytes all views hold together; what does not fit is not kept."""
 
     limit: int
     used: int = 0
