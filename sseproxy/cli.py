@@ -10,11 +10,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 COMMANDS = ("serve", "replay", "mock", "demo", "report")
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
@@ -237,8 +240,16 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose help reaches `main` when its reader has left: argparse's own
+    write swallows the error, and a help longer than stdout's buffer would then end with 0."""
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (file or sys.stdout).write(self.format_help())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sseproxy",
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )

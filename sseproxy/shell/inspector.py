@@ -26,8 +26,8 @@ import orjson
 from aiohttp import web
 
 from ..admin import NO_FRAMING
+from ..event_list import EventList, raw_view
 from ..redact import NO_SECRETS, Secrets
-from .event_list import EventList, raw_view
 
 if TYPE_CHECKING:
     from ..capture import CaptureStore

@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
-from ..core import Dialect, EndReason, StreamTap, TapOptions
-from ..core.events import Comment, Frame, Line
-from ..core.eventstream import EventMessage
-from ..redact import Secrets
+from .core import Dialect, EndReason, StreamTap, TapOptions
+from .core.events import Comment, Frame, Line
+from .core.eventstream import EventMessage
+from .redact import Secrets
 
 # Assembled text kept per kind when the list is rebuilt (the page shows it per kind).
 CONTENT_CHARS = 64 * 1024
