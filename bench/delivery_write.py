@@ -14,7 +14,7 @@ import time
 from aiohttp import ClientSession, web
 
 from sseproxy.core import Dialect, StreamTap
-from sseproxy.delivery import ClientDelivery
+from sseproxy.shell.delivery import ClientDelivery
 
 WRITES = 100_000
 ROUNDS = 7

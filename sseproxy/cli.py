@@ -73,6 +73,16 @@ SERVE_FLAGS = (
     ),
     Flag("max_event_bytes", "a larger SSE event is forwarded but not analysed", "N"),
     Flag("max_concurrent_streams", "beyond this many requests in flight, 503", "N"),
+    Flag(
+        "max_client_held_bytes",
+        "response bytes held for one client that does not read; beyond it the upstream waits",
+        "N",
+    ),
+    Flag(
+        "max_held_bytes",
+        "response bytes held for all clients; beyond it the upstreams of clients holding any wait",
+        "N",
+    ),
     Flag("backlog", "listen backlog; 0: the system's somaxconn", "N"),
     Flag("shutdown_grace", "seconds in-flight streams get after SIGTERM/SIGINT", "SECONDS"),
     Flag(

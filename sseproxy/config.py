@@ -153,6 +153,8 @@ class Settings:
     request_timeout: float = 60.0
     max_event_bytes: int = 16 * 1024 * 1024
     max_concurrent_streams: int = 2000
+    max_client_held_bytes: int = 256 * 1024
+    max_held_bytes: int = 64 * 1024 * 1024
     backlog: int = 0  # 0: the system's somaxconn, read by the server at startup
     shutdown_grace: float = 8.0  # Docker's default stop timeout is 10 s
     admin_token: str = ""
@@ -524,6 +526,8 @@ def _validate(
         "max_total_request_body_bytes",
         "max_event_bytes",
         "max_concurrent_streams",
+        "max_client_held_bytes",
+        "max_held_bytes",
         "capture_max_bytes",
         "capture_max_total_bytes",
     ):

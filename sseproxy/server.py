@@ -26,6 +26,7 @@ from aiohttp.typedefs import Middleware
 
 from . import __version__, admin, log
 from .config import Settings
+from .shell import accelerator
 from .shell.app import OWN_PREFIX, STATE, create_app, is_loopback
 
 logger = structlog.get_logger("sseproxy")
@@ -169,7 +170,7 @@ def run(settings: Settings) -> int:
 
 async def serve(settings: Settings, loop_name: str) -> int:
     """Listen, serve until a signal, stop. Returns the process's exit code."""
-    app = create_app(settings)
+    app = create_app(settings, environ=os.environ)  # egress proxy variables, if any
     inflight = InFlight()
     app.middlewares.insert(0, inflight.middleware())
     runner = Runner(
@@ -207,6 +208,7 @@ def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> Non
         **own_urls(settings.host, port),
         event_loop=loop_name,
         backlog=backlog,
+        relay_accelerator=accelerator.enabled(),  # detected at the app's startup
         upstream=settings.public_upstream,
         routes=[r.name for r in settings.routes] if not settings.upstream else None,
     )

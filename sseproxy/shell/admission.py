@@ -91,9 +91,9 @@ async def read_body(
         raise Refused(503, "overloaded", "request bodies in flight exceed the limit", close=True)
     content = request.content
     if content.is_eof():
-        # Arrived whole (the usual small POST): what `readany` would return at once, taken
-        # without waiting, so without a timer to arm and cancel.
-        body = content.read_nowait()
+        # Arrived whole (the usual small POST): taken at once, without a timer to arm and
+        # cancel (`read()` of a stream at its end returns what it holds without waiting).
+        body = await content.read()
         if body:
             _count(body, 0, x, state, limit, total)
         return body

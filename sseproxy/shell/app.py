@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -20,15 +21,18 @@ from ..config import Settings
 from ..core import Dialect, ErrorInfo, State, Verdict
 from ..metrics import Metrics
 from ..target import BadTarget, parse_target
+from . import accelerator
 from . import record as records
 from .admission import Refused, admit
+from .budget import HeldBytes
 from .errors import describe
+from .forward import REQUEST_ID_HEADER, break_downstream, forward
 from .inspector import Inspector, Retention
 from .record import PROXY_ERROR, proxy_error
-from .relay import REQUEST_ID_HEADER, analyse_backlog, break_downstream, forward
+from .relay import analyse_backlog
 from .sinks import deliver, safecall
 from .state import Exchange, ProxyState
-from .upstream import new_session
+from .upstream import UpstreamPool
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -190,8 +194,14 @@ async def own_not_found(request: web.Request) -> web.StreamResponse:
     return await refuse(request, 404, "not_found", f"{path} is not a sseproxy endpoint")
 
 
-def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
-    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it)."""
+def create_app(
+    settings: Settings,
+    tracing: Tracing | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> web.Application:
+    """The proxy. `tracing` overrides the one built from `otel_endpoint` (tests use it);
+    `environ` supplies HTTPS_PROXY / HTTP_PROXY / NO_PROXY for upstream connections (the
+    process's environment, passed in by whoever starts the proxy; none: direct)."""
     app = web.Application(client_max_size=settings.max_request_body_bytes, middlewares=[guard])
     app[SETTINGS] = settings
     models = [m.strip() for m in settings.metrics_models.split(",") if m.strip()]
@@ -218,7 +228,13 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
-    app[STATE] = ProxyState(Metrics(models, routes), inspector, captures, tracing)
+    app[STATE] = ProxyState(
+        Metrics(models, routes),
+        inspector,
+        captures,
+        tracing,
+        held=HeldBytes(settings.max_held_bytes),
+    )
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)
     app.router.add_get(OWN_PREFIX, inspector.page)
@@ -226,20 +242,27 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
     app.router.add_get(OWN_PREFIX + "captures/{request_id}/{kind}", inspector.capture_file)
     app.on_startup.append(inspector.start)
+    app.on_startup.append(_detect_accelerator)
     app.on_shutdown.append(inspector.stop)
     app.router.add_route("*", OWN_PREFIX + "{tail:.*}", own_not_found)
     app.router.add_route("*", "/{tail:.*}", proxy_handler)
-    app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(functools.partial(_upstream_pool, environ=environ or {}))
     app.on_shutdown.append(_mark_shutdown)
     app.on_cleanup.append(_drain_captures)
     return app
 
 
-async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    session = new_session(app[SETTINGS].connect_timeout)
-    app[STATE].session = session
+async def _upstream_pool(
+    app: web.Application, *, environ: Mapping[str, str]
+) -> AsyncIterator[None]:
+    pool = UpstreamPool(connect_timeout=app[SETTINGS].connect_timeout, environ=environ)
+    app[STATE].pool = pool
     yield
-    await session.close()
+    await pool.close()
+
+
+async def _detect_accelerator(app: web.Application) -> None:
+    await accelerator.detect()  # once per process, against the running aiohttp
 
 
 async def _mark_shutdown(app: web.Application) -> None:

@@ -21,6 +21,8 @@ Record = Mapping[str, Any]
 PROXY_ERROR = "proxy_error"
 # The anomaly of the minimal record written when building the full one failed.
 RECORD_ERROR = "record_error"
+# Stray bytes the upstream wrote after its response's end (the leg counts them).
+BYTES_AFTER_RESPONSE = "bytes_after_response"
 # Responses that carry no body by definition (RFC 9110 §6.4.1).
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -38,9 +40,14 @@ def verdict_of(
     tap = progress.tap
     verdict = close_tap(tap, end, progress.http_complete)
     pacing = paced(progress, verdict, content_timeout)
-    if pacing is not None and pacing.anomalies:
+    names = list(pacing.anomalies) if pacing is not None else []
+    if progress.bytes_after_end:
+        # The upstream wrote past its response's end (a second response, or garbage): the
+        # client never sees those bytes, and the connection is not reused.
+        names.append(BYTES_AFTER_RESPONSE)
+    if names:
         anomalies = dict(verdict.anomalies)
-        for name in pacing.anomalies:
+        for name in names:
             anomalies[name] = anomalies.get(name, 0) + 1
         verdict = verdict.replace(anomalies=anomalies)
     return _transport(facts, progress, verdict), pacing

@@ -1,96 +1,67 @@
-"""Upstream exchange and the one relay loop: chunk -> [injector] -> write -> tap -> timings.
+"""The one relay loop: chunk -> transformation -> write to the client -> tap -> timings.
 
-Every read and write sits inside `UPSTREAM_IO` / `CLIENT_IO`, so a failure arrives here as
-`Ended(reason)`; the loop itself never decides why a stream ended.
+The upstream calls `on_body` with each chunk as it arrives. While the client takes bytes, the
+chunk is written and accounted for right there (`_emit`, the same work on every path). When
+the client pushes back (it holds more than the per-client mark, or the proxy as a whole holds
+more than its cap and this client holds any), the upstream is paused; the few chunks that
+still arrive wait in a small pending list, and the relay's task (`run`) waits for the
+client's drain, writes them, and resumes the upstream. The task also carries everything that
+waits: a drill's pauses, stalls and cuts, a compressed body's analysis in slices, and every
+write when the accelerator is off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-import aiohttp
-from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
-
-from ..capture import redact_headers
-from ..config import Settings
-from ..core import Dialect, EndReason, StreamTap
-from ..core.dialects import detect
-from ..core.events import Framing
+from ..capture import Capture
+from ..core import EndReason, StreamTap
 from ..core.inject import Close as InjectClose
 from ..core.inject import Injector
 from ..core.inject import KeepAlive as InjectKeepAlive
 from ..core.inject import Pause as InjectPause
 from ..core.inject import Write as InjectWrite
 from ..core.pacing import Pacing
-from ..core.readers import framing_for
-from ..delivery import ClientDelivery, ContentWatch
-from .admission import Refused, via_entry
-from .errors import CLIENT_IO, UPSTREAM_IO, ContentTimeout, Ended, IdleTimeout
-from .inline import attach
-from .inspector import CONTENT_CHARS, TIMELINE_POINTS, StreamView
-from .tapping import open_tap, tap_options
-from .upstream import REQUEST_DROP, forwardable, refusal, upstream_url
+from .budget import HeldBytes
+from .delivery import ClientDelivery, ContentWatch
+from .errors import Ended
+from .inspector import TIMELINE_POINTS, StreamView
+from .state import Timings
 
-if TYPE_CHECKING:
-    from .state import Exchange, ProxyState
-
-REQUEST_ID_HEADER = "x-sseproxy-request-id"
 # Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of
 # decompressed output, ~5-20 ms): enough to keep up with any real stream's expansion.
 SLICES_PER_WRITE = 8
-# Compressed input left unanalysed beyond this is analysed before the next read (back-pressure
-# on the upstream) rather than held: a bomb's backlog is small, a real stream's never this big.
+# Compressed input left unanalysed beyond this pauses the upstream until it is analysed
+# rather than held: a bomb's backlog is small, a real stream's never this big.
 MAX_UNANALYSED_BYTES = 4 * 1024 * 1024
 # The keepalive-stall drill sends keep-alives for at most this long (as `sseproxy mock` does).
 MAX_KEEPALIVE_STALL_S = 3600
-# Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
-STREAM_FRAMINGS = {Framing.SSE, Framing.NDJSON, Framing.EVENTSTREAM}
-UPSTREAM_REQUEST_ID_HEADERS = (
-    "x-request-id",
-    "request-id",
-    "x-goog-request-id",
-    "x-amzn-requestid",
-    "x-generation-id",
-    "cf-ray",
-)
-# How a failure before any response header is named in the proxy's own 502/504.
-UPSTREAM_ERROR_TYPES = {
-    EndReason.IDLE_TIMEOUT: "upstream_timeout",
-    EndReason.UPSTREAM_UNREACHABLE: "upstream_unreachable",
-    EndReason.UPSTREAM_RESET: "upstream_reset",
-    EndReason.UPSTREAM_PROTOCOL_ERROR: "upstream_protocol_error",
-    EndReason.UPSTREAM_CLOSED: "upstream_closed",
-}
+# How often a paused relay looks again while the proxy holds more than its cap.
+OVER_CAP_RECHECK_S = 0.01
 
 
-class IdleWatch:
-    """Cuts a stream after `timeout` seconds without an upstream byte.
+class Upstream(Protocol):
+    """What the relay asks of the upstream leg that feeds it."""
 
-    The relay only stores the time of each chunk in `last`; one timer per idle period checks
-    it. (A timer re-armed per chunk costs more than all of the analysis.)
-    """
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def abort(self, reason: EndReason = ..., cause: str = "") -> None: ...
 
-    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
-        self.timeout = timeout
-        self.on_expiry = on_expiry
-        self.last = time.monotonic()
-        self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_later(timeout, self._check)
 
-    def _check(self) -> None:
-        deadline = self.last + self.timeout
-        if time.monotonic() >= deadline:
-            self.on_expiry()
-        else:
-            self._handle = self._loop.call_later(deadline - time.monotonic(), self._check)
+class BodyEnd(Protocol):
+    """The upstream leg's end of a body, as the relay reads it."""
 
-    def stop(self) -> None:
-        self._handle.cancel()
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def reason(self) -> EndReason: ...
+    @property
+    def cause(self) -> str: ...
+    @property
+    def bytes_after_end(self) -> int: ...
 
 
 class Identity:
@@ -122,297 +93,375 @@ class Drill:
         return [s.data if isinstance(s, InjectWrite) else s for s in self.injector.finish()]
 
 
-async def forward(
-    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
-) -> web.StreamResponse:
-    """Send the admitted request upstream and relay its response."""
-    facts = x.facts
-    route = facts.route
-    assert route is not None and state.session is not None
-    try:
-        url = upstream_url(route, request.raw_path)  # scheme, host and port only from the route
-    except ValueError as exc:
-        raise Refused(400, "bad_target", str(exc)) from exc
-    headers = forwardable(request.headers, drop=REQUEST_DROP)
-    via = request.headers.getall("Via", ())
-    headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
-    if state.tracing is not None:
-        x.progress.span = state.tracing.start(request.headers, headers, request.method, facts.path)
-    try:
-        with UPSTREAM_IO:
-            async with asyncio.timeout(settings.idle_timeout):  # no byte of the response yet
-                upstream = await state.session.request(
-                    request.method,
-                    url,
-                    headers=headers,
-                    data=facts.body or None,
-                    allow_redirects=False,
-                )
-    except Ended as ended:
-        status = 504 if ended.reason is EndReason.IDLE_TIMEOUT else 502
-        raise Refused(
-            status,
-            UPSTREAM_ERROR_TYPES.get(ended.reason, "upstream_unreachable"),
-            ended.cause,
-            end=ended.reason,
-            upstream=route.upstream,  # userinfo masked
-        ) from ended
+class IdleWatch:
+    """Calls `on_expiry` after `timeout` seconds without an upstream byte.
 
-    def expire() -> None:
-        upstream.content.set_exception(
-            IdleTimeout(f"no upstream byte for {settings.idle_timeout} s")
-        )
-        upstream.close()
-
-    def stalled() -> None:  # bytes keep coming (keep-alives, pings), content does not
-        silence = ContentTimeout(f"no content delta for {settings.content_timeout} s")
-        upstream.content.set_exception(silence)
-        upstream.close()
-
-    watch = IdleWatch(settings.idle_timeout, expire)
-    stalls = None
-    if settings.content_timeout is not None:
-        stalls = ContentWatch(settings.content_timeout, settings.content_stall_action, stalled)
-    try:
-        return await respond(request, x, state, settings, upstream, watch, stalls)
-    finally:
-        watch.stop()
-        if stalls is not None:
-            stalls.stop()
-        if x.progress.http_complete and upstream.content.at_eof():
-            upstream.release()  # keep the upstream connection for the next request
-        else:
-            upstream.close()  # stop generation (and billing) now; never reuse it
-
-
-async def respond(
-    request: web.Request,
-    x: Exchange,
-    state: ProxyState,
-    settings: Settings,
-    upstream: aiohttp.ClientResponse,
-    watch: IdleWatch,
-    stalls: ContentWatch | None,
-) -> web.StreamResponse:
-    """Check the response head, start the client's response, relay, end it as upstream did."""
-    p = x.progress
-    p.timings.headers = time.monotonic()
-    why = refusal(upstream)
-    if why is not None:
-        raise Refused(
-            502,
-            "upstream_protocol_error",
-            f"upstream response {upstream.status} refused: {why}",
-            end=EndReason.UPSTREAM_PROTOCOL_ERROR,
-        )
-    p.status = upstream.status
-    begin(request, x, state, settings, upstream)
-    headers = forwardable(upstream.headers)
-    if x.facts.inject_rules:
-        headers.popall("Content-Length", None)  # the drill changes the body's length
-    headers[REQUEST_ID_HEADER] = x.facts.request_id
-    if p.stream:
-        headers["X-Accel-Buffering"] = "no"
-        headers["Cache-Control"] = "no-cache"
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-    transform: Identity | Drill = Identity()
-    if x.facts.inject_rules:
-        assert p.tap is not None
-        framing = framing_for(p.content_type)
-        transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, framing=framing))
-    try:
-        with CLIENT_IO:
-            writer = await response.prepare(request)
-        p.delivery = ClientDelivery(request, response, p.tap)
-        await relay(x, upstream, writer, transform, watch, stalls, settings)
-        # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
-        # may still say `interrupted` (no terminal event): that is what the record is for.
-        p.end, p.http_complete = EndReason.UPSTREAM_CLOSED, True
-    except Ended as ended:
-        p.end, p.http_complete = ended.reason, False
-        if ended.reason is EndReason.CLIENT_DISCONNECTED:
-            p.client_left(upstream.content.at_eof())
-    except asyncio.CancelledError:  # the client left (or a shutdown): how far had it got?
-        p.cancelled_at(upstream.content.at_eof(), received_all(response, p.delivery))
-        raise
-    if p.http_complete:
-        p.delivered = True  # every upstream byte was written: a close from now changes nothing
-        with contextlib.suppress(Exception):
-            await response.write_eof()
-    else:
-        break_downstream(request)
-    return response
-
-
-def received_all(response: web.StreamResponse, delivery: ClientDelivery | None) -> bool:
-    """Whether the client's connection took every byte of a Content-Length body (its client
-    then has the whole response, and may close while the analysis still runs)."""
-    length = response.content_length
-    return delivery is not None and length is not None and delivery.client_bytes >= length
-
-
-async def relay(
-    x: Exchange,
-    upstream: aiohttp.ClientResponse,
-    writer: AbstractStreamWriter | None,
-    transform: Identity | Drill,
-    watch: IdleWatch,
-    stalls: ContentWatch | None,
-    settings: Settings,
-) -> None:
-    """One upstream chunk, through the transformation, written at once, then accounted for.
-
-    Between the loop's turns, while the client takes bytes without pushing back, the
-    `InlineRelay` does the same work from the upstream's data callback (no drill only).
+    The relay only stores the time of each chunk in `last` (as it arrives, then as it is
+    written: the record's gaps are measured from the write); one timer per idle period checks
+    it. (A timer re-armed per chunk costs more than all of the analysis.) While the relay has
+    paused the upstream for its client (`paused`), the upstream's silence is the client's
+    doing: the period starts again when reading resumes.
     """
-    p = x.progress
-    tap, timings, pacing, capture = p.tap, p.timings, p.pacing, p.capture
-    assert tap is not None and p.view is not None and pacing is not None
-    assert p.delivery is not None
-    view, delivery = p.view, p.delivery
-    timeline, read, write = view.timeline, upstream.content.readany, delivery.write
 
-    def account(arrived: float, now: float, size: int, deltas: int) -> None:
-        timings.chunk(arrived, now, deltas)
-        pacing.content(arrived, deltas)
-        if stalls is not None:
-            stalls.chunk(arrived, deltas)
-        if len(timeline) < TIMELINE_POINTS:
-            timeline.append((now, size, deltas))
+    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self.on_expiry = on_expiry
+        self.last = time.monotonic()
+        self.paused = False
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(timeout, self._check)
 
-    async def emit(out: bytes, arrived: float) -> float:
-        """Write one piece to the client, then account for it; returns when it was written."""
+    def _check(self) -> None:
+        if self.paused:
+            self._handle = self._loop.call_later(self.timeout, self._check)
+            return
+        deadline = self.last + self.timeout
+        if time.monotonic() >= deadline:
+            self.on_expiry()
+        else:
+            self._handle = self._loop.call_later(deadline - time.monotonic(), self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+class Parts:
+    """What the relay reads and writes besides the upstream: one request's bookkeeping."""
+
+    __slots__ = ("capture", "delivery", "pacing", "stalls", "tap", "timings", "view", "watch")
+
+    def __init__(
+        self,
+        tap: StreamTap,
+        timings: Timings,
+        pacing: Pacing,
+        view: StreamView,
+        delivery: ClientDelivery,
+        watch: IdleWatch,
+        stalls: ContentWatch | None,
+        capture: Capture | None,
+    ) -> None:
+        self.tap, self.timings, self.pacing, self.view = tap, timings, pacing, view
+        self.delivery, self.watch, self.stalls, self.capture = delivery, watch, stalls, capture
+
+
+class Relay:
+    """Relays one response body; the upstream leg's `BodyReceiver`."""
+
+    __slots__ = (
+        "_counted",
+        "_direct",
+        "_end",
+        "_failure",
+        "_paused",
+        "_pending",
+        "_pending_bytes",
+        "_timeline",
+        "_wake",
+        "budget",
+        "idle_timeout",
+        "mark",
+        "parts",
+        "transform",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        parts: Parts,
+        transform: Identity | Drill,
+        *,
+        mark: int,
+        budget: HeldBytes,
+        idle_timeout: float,
+    ) -> None:
+        self.parts = parts
+        self.transform = transform
+        self.mark = mark
+        self.budget = budget
+        self.idle_timeout = idle_timeout
+        self.upstream: Upstream | None = None
+        self._timeline = parts.view.timeline
+        self._pending: list[tuple[bytes, float]] = []
+        self._pending_bytes = 0
+        self._counted = 0  # this relay's share of budget.total
+        self._direct = False  # on_body writes and accounts itself
+        self._paused = False
+        self._end: BodyEnd | None = None
+        self._failure: BaseException | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    # -- the upstream's callbacks (synchronous, in order) --------------------------------
+
+    def on_body(self, chunk: bytes) -> None:
+        if not chunk or self._end is not None:
+            return
+        parts = self.parts
+        arrived = parts.watch.last = time.monotonic()
+        parts.pacing.first_byte(arrived)
+        if parts.capture is not None:
+            parts.capture.chunk(chunk, arrived)
+        if self._direct:
+            try:
+                if not self._write_now(chunk, arrived, arrived):
+                    self._client_gone()
+                elif self._pressed():
+                    self._direct = False
+                    self._pause()
+                    self._notify()
+            except Exception as exc:  # a bug of ours: the task raises it, nothing else breaks
+                self._fail(exc)
+            return
+        self._pending.append((chunk, arrived))
+        self._pending_bytes += len(chunk)
+        if self._pressed():
+            self._pause()
+        self._notify()
+
+    def on_end(self, end: BodyEnd) -> None:
+        if self._end is None:
+            self._end = end
+            self._direct = False
+            self._notify()
+
+    # -- the task -------------------------------------------------------------------------
+
+    async def run(self) -> BodyEnd:
+        """Relay until the upstream's end, once every byte before it was written; raises
+        `Ended` for a drill's cut or a client that left, and a bug of ours as it is."""
+        loop = asyncio.get_running_loop()
+        transform, delivery = self.transform, self.parts.delivery
+        direct_ok = delivery.direct and type(transform) is Identity
         try:
-            with CLIENT_IO:
-                await write(out)
-        finally:  # counted even when the write failed: these bytes did arrive
-            now = time.monotonic()
-            account(arrived, now, len(out), tap.feed(out))
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if self._pending:
+                    await self._write_pending()
+                    if transform.done:
+                        return self._drill_end()
+                    continue
+                if self._end is not None:
+                    await self._write_all(transform.finish(), time.monotonic())
+                    return self._end
+                if self._paused:
+                    await self._relieve()
+                    continue
+                # Idle: the next chunks are written from on_body when nothing stands between.
+                self._direct = direct_ok and delivery.started and not self.parts.tap.backlog
+                self._wake = loop.create_future()
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+                    self._direct = False
+        finally:
+            self._direct = False
+            self.budget.change(-self._counted)
+            self._counted = 0
+
+    async def _write_pending(self) -> None:
+        """Each pending chunk through the transformation, written in order."""
+        batch, self._pending = self._pending, []
+        self._pending_bytes = 0
+        for chunk, arrived in batch:
+            await self._write_all(self.transform.feed(chunk), arrived)
+            if self.transform.done:
+                return
+        if self.parts.tap.backlog:
+            await self._analyse()
+
+    async def _write_all(self, outs: Sequence[Any], arrived: float) -> None:
+        for out in outs:
+            if type(out) is bytes:
+                arrived = await self._emit(out, arrived)  # a drill's next write follows it
+            elif type(out) is InjectKeepAlive:
+                await self._keep_alive(out)
+            else:
+                await self._perform(out)
+
+    def _write_now(self, out: bytes, arrived: float, now: float) -> bool:
+        """The work for one chunk on every path that writes at once: write it, feed the tap,
+        account for it. False when the client's connection is gone (nothing was written)."""
+        parts = self.parts
+        written = parts.delivery.write_now(out)
+        # Fed and counted even when not written: these bytes did arrive.
+        self._account(arrived, now, len(out), parts.tap.feed(out))
+        parts.watch.last = now
+        return written
+
+    async def _emit(self, out: bytes, arrived: float) -> float:
+        """Write one piece to the client from the task, then account for it; returns when it
+        was written."""
+        parts = self.parts
+        delivery = parts.delivery
+        try:
+            if delivery.direct and delivery.started:
+                now = time.monotonic()
+                if not self._write_now(out, arrived, now):
+                    raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
+                if delivery.held() > self.mark:
+                    await delivery.drain()
+                    now = time.monotonic()
+                    parts.timings.resumed(now)
+            else:
+                try:
+                    await delivery.write(out)
+                finally:  # counted even when the write failed: these bytes did arrive
+                    now = parts.watch.last = time.monotonic()
+                    self._account(arrived, now, len(out), parts.tap.feed(out))
+        except OSError as exc:
+            raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
-            view.client_wait(now - delivery.last_wait, now)
-        # A compressed body is analysed in slices, other streams running between them; a few
-        # per write keep the analysis close behind the bytes, the rest waits until the
-        # client's response has ended (`analyse_backlog`), so analysis never delays the end.
+            parts.view.client_wait(now - delivery.last_wait, now)
+        return now
+
+    async def _analyse(self) -> None:
+        """A compressed body is analysed in slices, other streams running between them; a few
+        per batch written keep the analysis close behind the bytes. Chunks that arrive, or the
+        body's end, stop it: the rest waits until the client's response has ended
+        (`analyse_backlog`), so analysis never delays a byte or the end. Only input left
+        unanalysed beyond MAX_UNANALYSED_BYTES pauses the upstream until it is analysed."""
+        tap = self.parts.tap
         slices = 0
-        while tap.backlog and (
-            slices < SLICES_PER_WRITE or tap.retained_bytes > MAX_UNANALYSED_BYTES
-        ):
+        while tap.backlog:
+            if tap.retained_bytes > MAX_UNANALYSED_BYTES:
+                self._pause()
+            elif slices >= SLICES_PER_WRITE or self._pending or self._end is not None:
+                return
             await asyncio.sleep(0)
             slices += 1
             if deltas := tap.pump():
-                account(now, now, 0, deltas)
-        return now
+                now = time.monotonic()
+                self._account(now, now, 0, deltas)
 
-    inline = None
-    if type(transform) is Identity:
-        inline = attach(upstream, writer, delivery, tap, capture, watch, account)
-    while True:
-        # Inline only after the first write: aiohttp sends the response head with it.
-        if inline is not None and delivery.client_bytes and inline.ready():
-            await inline.run()
-        with UPSTREAM_IO:
-            chunk = await read()
-        arrived = watch.last = time.monotonic()
-        pacing.first_byte(arrived)
-        if capture is not None and chunk:
-            capture.chunk(chunk, arrived)
-        for out in transform.feed(chunk) if chunk else transform.finish():
-            if type(out) is bytes:
-                arrived = await emit(out, arrived)  # a drill's next write follows this one
-            elif type(out) is InjectKeepAlive:
-                upstream.close()  # content never resumes: stop generation now
-                await keep_alive(out, emit, watch, stalls)
-            else:
-                await perform(out, upstream, settings)
-        if not chunk or transform.done:
-            return
+    async def _relieve(self) -> None:
+        """Paused: wait until the client has taken its bytes (and, while the proxy holds more
+        than its cap, until this client holds none), then resume the upstream."""
+        delivery = self.parts.delivery
+        try:
+            while True:
+                if delivery.gone():
+                    raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
+                if delivery.held() > self.mark // 4:
+                    await delivery.drain()
+                self._recount()
+                if not self.budget.over() or self._counted == 0:
+                    break
+                await asyncio.sleep(OVER_CAP_RECHECK_S)
+        except OSError as exc:
+            raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
+        now = time.monotonic()
+        if delivery.last_wait:
+            self.parts.view.client_wait(now - delivery.last_wait, now)
+        self.parts.timings.resumed(now)
+        self.parts.watch.paused, self.parts.watch.last = False, now
+        self._paused = False
+        if self.upstream is not None and self._end is None:
+            self.upstream.resume_reading()
+
+    # -- drill steps ----------------------------------------------------------------------
+
+    async def _keep_alive(self, step: InjectKeepAlive) -> None:
+        """The `keepalive-stall` drill: only keep-alives from now on, as a pinging server whose
+        generator hangs sends them. Ends at `--content-timeout` (cut mode) or the bound."""
+        self._stop_upstream("drill: keep-alives only")  # content never resumes
+        stalls = self.parts.stalls
+        deadline = time.monotonic() + MAX_KEEPALIVE_STALL_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(step.interval_ms / 1000)
+            if stalls is not None and stalls.expired:
+                raise Ended(EndReason.CONTENT_TIMEOUT, "drill: keep-alives only, no content")
+            self.parts.watch.last = await self._emit(step.data, time.monotonic())
+        raise Ended(EndReason.IDLE_TIMEOUT, "drill: the keep-alive stall reached its bound")
+
+    async def _perform(self, step: Any) -> None:
+        """A drill step other than a write."""
+        if isinstance(step, InjectPause):
+            await asyncio.sleep(step.milliseconds / 1000)
+        elif isinstance(step, InjectClose):
+            raise Ended(EndReason.UPSTREAM_CLOSED, "drill: cut")
+        else:  # a stall: the client sees silence until the idle timeout
+            self._stop_upstream("drill: stall")
+            await asyncio.sleep(self.idle_timeout)
+            raise Ended(EndReason.IDLE_TIMEOUT, "drill: stall")
+
+    def _drill_end(self) -> BodyEnd:
+        """The drill has written its last byte: the client's response ends cleanly."""
+        self._stop_upstream("drill: done")
+        return DrillEnd()
+
+    def _stop_upstream(self, cause: str) -> None:
+        """Stop generation (and billing) now; the upstream's own end no longer matters."""
+        if self._end is None:
+            self._end = DrillEnd()
+        if self.upstream is not None:
+            self.upstream.abort(EndReason.UPSTREAM_CLOSED, cause)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _account(self, arrived: float, now: float, size: int, deltas: int) -> None:
+        parts = self.parts
+        parts.timings.chunk(arrived, now, deltas)
+        parts.pacing.content(arrived, deltas)
+        if parts.stalls is not None:
+            parts.stalls.chunk(arrived, deltas)
+        if len(self._timeline) < TIMELINE_POINTS:
+            self._timeline.append((now, size, deltas))
+
+    def _recount(self) -> None:
+        held = self.parts.delivery.held() + self._pending_bytes
+        self.budget.change(held - self._counted)
+        self._counted = held
+
+    def _pressed(self) -> bool:
+        """The client holds more than its mark, or the proxy more than its cap and this
+        client any: the upstream must wait."""
+        self._recount()
+        held = self._counted
+        return held > self.mark or (held > 0 and self.budget.over())
+
+    def _pause(self) -> None:
+        if not self._paused:
+            self._paused = self.parts.watch.paused = True
+            if self.upstream is not None:
+                self.upstream.pause_reading()
+
+    def _notify(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def _client_gone(self) -> None:
+        """The client left while the relay wrote from on_body: stop the upstream at once."""
+        self._direct = False
+        self._fail(Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed"))
+        if self.upstream is not None:
+            self.upstream.abort(EndReason.CLIENT_DISCONNECTED, "the client left")
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._direct = False
+        self._notify()
+
+
+class DrillEnd:
+    """The end a drill gives a body it finished itself: clean, by the relay's decision."""
+
+    complete = True
+    reason = EndReason.UPSTREAM_CLOSED
+    cause = "drill"
+    bytes_after_end = 0
 
 
 async def analyse_backlog(tap: StreamTap | None) -> None:
     """Analyse what a compressed body still holds, one slice per loop turn, before the verdict
     (the tap would otherwise do it in one go when closed). A second cancellation (a shutdown
     cut) stops the waiting; the tap then finishes the rest itself."""
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         while tap is not None and tap.backlog:
             await asyncio.sleep(0)
             tap.pump()
-
-
-async def keep_alive(
-    step: InjectKeepAlive,
-    emit: Callable[[bytes, float], Awaitable[float]],
-    watch: IdleWatch,
-    stalls: ContentWatch | None,
-) -> NoReturn:
-    """The `keepalive-stall` drill: only keep-alives from now on, as a pinging server whose
-    generator hangs sends them. Ends at `--content-timeout` (cut mode) or the drill's bound."""
-    deadline = time.monotonic() + MAX_KEEPALIVE_STALL_S
-    while time.monotonic() < deadline:
-        await asyncio.sleep(step.interval_ms / 1000)
-        if stalls is not None and stalls.expired:
-            raise Ended(EndReason.CONTENT_TIMEOUT, "drill: keep-alives only, no content")
-        watch.last = await emit(step.data, time.monotonic())
-    raise Ended(EndReason.IDLE_TIMEOUT, "drill: the keep-alive stall reached its bound")
-
-
-async def perform(step: Any, upstream: aiohttp.ClientResponse, settings: Settings) -> None:
-    """A drill step other than a write."""
-    if isinstance(step, InjectPause):
-        await asyncio.sleep(step.milliseconds / 1000)
-    elif isinstance(step, InjectClose):
-        raise Ended(EndReason.UPSTREAM_CLOSED, "drill: cut")
-    else:  # a stall: the client sees silence until the idle timeout
-        upstream.close()
-        await asyncio.sleep(settings.idle_timeout)
-        raise Ended(EndReason.IDLE_TIMEOUT, "drill: stall")
-
-
-def begin(
-    request: web.Request,
-    x: Exchange,
-    state: ProxyState,
-    settings: Settings,
-    upstream: aiohttp.ClientResponse,
-) -> None:
-    """Open the tap, the inspector's view and the capture for this response."""
-    p, facts = x.progress, x.facts
-    dialect: Dialect | None = facts.route.dialect if facts.route else None
-    if settings.dialect != "auto":
-        dialect = Dialect(settings.dialect)
-    dialect = dialect or detect(request.method, request.path, upstream.headers)
-    p.content_type = upstream.headers.get("Content-Type")
-    p.stream = framing_for(p.content_type) in STREAM_FRAMINGS
-    p.tap = open_tap(
-        dialect,
-        p.content_type,
-        upstream.headers.get("Content-Encoding"),
-        tap_options(settings.max_event_bytes, CONTENT_CHARS if settings.keep_content else 0),
-        facts.asked,
-    )
-    for name in UPSTREAM_REQUEST_ID_HEADERS:
-        if name in upstream.headers:
-            p.upstream_request_id = upstream.headers[name]
-            break
-    p.response_headers = redact_headers(upstream.headers, facts.secrets)  # capture, inspector
-    p.pacing = Pacing(facts.start)
-    p.view = StreamView(
-        facts.request_id,
-        facts.method,
-        facts.path,
-        facts.started_at,
-        facts.start,
-        model=facts.asked.model,
-        dialect=str(dialect) if dialect else None,
-        status=p.status,
-        tap=p.tap,
-    )
-    state.inspector.started(p.view)
-    if state.captures is not None:
-        p.capture = state.captures.new(facts.request_id, facts.start)
-
-
-def break_downstream(request: web.Request) -> None:
-    """Close the client connection without a clean end, so the client sees the break."""
-    transport = request.transport
-    if transport is not None and not transport.is_closing():
-        transport.close()
+    except asyncio.CancelledError:
+        pass

@@ -11,19 +11,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from ..capture import Capture, CaptureStore
-from ..config import Route
+from ..config import Route, Settings
 from ..core import EndReason, ErrorInfo, StreamTap
 from ..core.inject import Rule
 from ..core.pacing import Pacing
 from ..core.request import RequestFacts as CoreRequestFacts
-from ..delivery import ClientDelivery
 from ..metrics import Metrics
 from ..redact import Secrets
+from .budget import HeldBytes
+from .delivery import ClientDelivery
 from .inspector import Inspector, StreamView
+from .upstream import UpstreamPool
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -121,6 +122,12 @@ class Timings:
                 self.max_content_gap = max(self.max_content_gap, now - self.last_content)
             self.last_content = now
 
+    def resumed(self, now: float) -> None:
+        """The upstream was paused for a client that did not read, until `now`: the next
+        gap starts here, so max_gap_ms keeps measuring the upstream's silence."""
+        if self.last_chunk is not None and now > self.last_chunk:
+            self.last_chunk = now
+
     def fields(self, end: float) -> dict[str, float | None]:
         def ms(t: float | None) -> float | None:
             return None if t is None else round((t - self.start) * 1000, 3)
@@ -163,6 +170,7 @@ class Progress:
     # Every byte of the response reached the client's connection: its close is no leaving.
     delivered: bool = False
     upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
+    bytes_after_end: int = 0  # stray bytes after the upstream response's end (the leg's count)
     proxy_error: ErrorInfo | None = None
 
     def client_left(self, upstream_ended: bool) -> None:
@@ -201,7 +209,9 @@ class ProxyState:
     active: int = 0  # stream slots taken
     body_bytes: int = 0  # request body bytes held by requests in flight
     shutting_down: bool = False
-    session: aiohttp.ClientSession | None = None
+    pool: UpstreamPool | None = None
+    # Response bytes held for clients, against max_held_bytes.
+    held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
 
 

@@ -12,6 +12,7 @@ import pytest
 from sseproxy import log
 from sseproxy.capture import load_capture
 from sseproxy.config import load
+from sseproxy.shell import accelerator
 from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream
 from tests.integration.raw_upstream import WireUpstream
@@ -74,6 +75,16 @@ class LogCapture:
                 self.written.clear()
                 await self.written.wait()
         return self.records()
+
+
+@pytest.fixture(params=["accelerated", "documented"])
+def relay_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test twice: with the accelerator as the app's startup detects it (it must find
+    it on: the suite's aiohttp is the one it was written for), and forced off, every write
+    through `await response.write()`."""
+    mode: str = request.param
+    monkeypatch.setattr(accelerator.Detection, "enabled", None if mode == "accelerated" else False)
+    return mode
 
 
 @pytest.fixture

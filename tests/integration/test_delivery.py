@@ -15,8 +15,8 @@ from aiohttp.base_protocol import BaseProtocol
 from sseproxy.core import EndReason, StreamTap, Verdict
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import Pacing, PacingSummary
-from sseproxy.delivery import ClientDelivery, ContentWatch
 from sseproxy.mock import INJECT_HEADER, MockServer, load_recordings
+from sseproxy.shell.delivery import ClientDelivery, ContentWatch
 from tests import corpus
 from tests.streams import chat_chunk as chat
 from tests.streams import sse

@@ -24,7 +24,7 @@ async def wait_for_records(logs, n: int = 1) -> list[dict]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_bytes_pass_through_identically(upstream, make_proxy, logs, seed) -> None:
+async def test_bytes_pass_through_identically(relay_mode, upstream, make_proxy, logs, seed) -> None:
     fake, _ = upstream
     fake.script(CHAT_PATH, Script([Send(c) for c in random_split(COMPLETE, seed, 9)]))
     client = await make_proxy()
@@ -62,7 +62,7 @@ async def test_gzip_passes_compressed_and_is_analysed(upstream, make_proxy, logs
 
 
 async def test_no_buffering_client_sees_event_one_while_upstream_waits(
-    upstream, make_proxy, logs
+    relay_mode, upstream, make_proxy, logs
 ) -> None:
     fake, _ = upstream
     seen_first = asyncio.Event()
@@ -81,7 +81,9 @@ async def test_no_buffering_client_sees_event_one_while_upstream_waits(
     assert record["state"] == "completed"
 
 
-async def test_upstream_close_mid_stream_breaks_the_client(upstream, make_proxy, logs) -> None:
+async def test_upstream_close_mid_stream_breaks_the_client(
+    relay_mode, upstream, make_proxy, logs
+) -> None:
     fake, _ = upstream
     partial = sse(chat_chunk("Hel")) + b'data: {"id":"c1","cho'
     fake.script(CHAT_PATH, Script([Send(partial), Close()]))
@@ -99,7 +101,7 @@ async def test_upstream_close_mid_stream_breaks_the_client(upstream, make_proxy,
     assert record["level"] == "error"
 
 
-async def test_upstream_reset_mid_stream(upstream, make_proxy, logs) -> None:
+async def test_upstream_reset_mid_stream(relay_mode, upstream, make_proxy, logs) -> None:
     fake, _ = upstream
     fake.script(CHAT_PATH, Script([Send(sse(chat_chunk("Hel"))), Sleep(0.05), Reset()]))
     client = await make_proxy()
@@ -109,7 +111,9 @@ async def test_upstream_reset_mid_stream(upstream, make_proxy, logs) -> None:
     [record] = await wait_for_records(logs)
     assert record["state"] == "interrupted"
     assert record["interruption"]["reason"] == "upstream_reset"
-    assert record["max_gap_ms"] >= 50  # the silence before the reset
+    # The silence before the reset: measured from the first chunk's delivery to the client,
+    # so the proxy's own few milliseconds of delivering it are not in it.
+    assert record["max_gap_ms"] >= 45
 
 
 async def test_clean_http_end_without_terminal_is_still_interrupted(
@@ -124,7 +128,7 @@ async def test_clean_http_end_without_terminal_is_still_interrupted(
     assert (record["state"], record["interruption"]["reason"]) == ("interrupted", "upstream_closed")
 
 
-async def test_idle_timeout_cuts_a_silent_stream(upstream, make_proxy, logs) -> None:
+async def test_idle_timeout_cuts_a_silent_stream(relay_mode, upstream, make_proxy, logs) -> None:
     fake, _ = upstream
     fake.script(CHAT_PATH, Script([Send(sse(chat_chunk("Hel"))), Sleep(5)]))
     client = await make_proxy(idle_timeout=0.3)
@@ -154,7 +158,9 @@ async def test_keepalive_comments_are_bytes_and_keep_the_stream_alive(
     assert record["max_gap_ms"] < 900
 
 
-async def test_client_disconnect_closes_upstream_at_once(upstream, make_proxy, logs) -> None:
+async def test_client_disconnect_closes_upstream_at_once(
+    relay_mode, upstream, make_proxy, logs
+) -> None:
     fake, _ = upstream
     never = asyncio.Event()
     fake.script(CHAT_PATH, Script([Send(sse(chat_chunk("Hel"))), WaitFor(never)]))

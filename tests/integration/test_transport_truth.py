@@ -97,7 +97,7 @@ def script(case: Case, body: bytes, framing: str, end: type[Hangup] | type[RST])
 @pytest.mark.parametrize("cut", TRUNCATIONS, ids=lambda t: t.name)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: str(c.dialect))
 async def test_truncated_before_the_end_marker_is_interrupted(
-    case: Case, cut: Truncation, raw, aiohttp_client, logs
+    relay_mode, case: Case, cut: Truncation, raw, aiohttp_client, logs
 ) -> None:
     raw.script = script(case, case.decided, cut.framing, cut.end)
     client = await aiohttp_client(create_app(load(None, {}, {"upstream": raw.url})))
@@ -115,7 +115,7 @@ async def test_truncated_before_the_end_marker_is_interrupted(
 @pytest.mark.parametrize("cut", TRUNCATIONS, ids=lambda t: t.name)
 @pytest.mark.parametrize("case", [c for c in CASES if c.marker], ids=lambda c: str(c.dialect))
 async def test_truncated_after_the_end_marker_is_interrupted_and_keeps_the_outcome(
-    case: Case, cut: Truncation, raw, aiohttp_client, logs
+    relay_mode, case: Case, cut: Truncation, raw, aiohttp_client, logs
 ) -> None:
     """The end marker arrived, then the body broke: nearly every client raises (anthropic,
     openai Responses, cohere, ollama, boto3, httpx-sse, node), so the record is never
@@ -142,7 +142,7 @@ async def test_truncated_after_the_end_marker_is_interrupted_and_keeps_the_outco
 @pytest.mark.parametrize("framing", ["chunked", "length:{n}", "http10"])
 @pytest.mark.parametrize("case", [CHAT, GEMINI, PLAIN], ids=lambda c: str(c.dialect))
 async def test_a_body_that_ended_by_its_framing_is_http_complete(
-    case: Case, framing: str, raw, aiohttp_client, logs
+    relay_mode, case: Case, framing: str, raw, aiohttp_client, logs
 ) -> None:
     declared = framing.format(n=len(case.whole))
     raw.script = RawScript([Body(case.whole)], framing=declared)

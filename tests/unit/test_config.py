@@ -38,6 +38,7 @@ def test_defaults() -> None:
     s = load()
     assert (s.host, s.port, s.idle_timeout, s.upstream) == ("127.0.0.1", 8790, 600.0, None)
     assert (s.shutdown_grace, s.backlog, s.allowed_hosts) == (8.0, 0, ())
+    assert (s.max_client_held_bytes, s.max_held_bytes) == (256 * 1024, 64 * 1024 * 1024)
     assert {
         "openai",
         "anthropic",
@@ -302,3 +303,10 @@ def test_duplicate_route_names_are_errors(tmp_path: Path) -> None:
     one = ROUTE.format(paths='"/r/*"', upstream="http://h", extra="")
     [problem] = problems(tmp_path, one + one)
     assert "two routes are named 'r'" in problem
+
+
+@pytest.mark.parametrize("key", ["max_client_held_bytes", "max_held_bytes"])
+def test_the_held_bytes_bounds_must_be_positive(key: str) -> None:
+    assert getattr(load(None, {}, {key: 1}), key) == 1
+    with pytest.raises(ConfigError, match=key):
+        load(None, {}, {key: 0})

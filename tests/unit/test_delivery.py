@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 import pytest
-from aiohttp.base_protocol import BaseProtocol
 
 from sseproxy.config import ConfigError, load
 from sseproxy.core import Dialect, EndReason, StreamTap
-from sseproxy.delivery import MAX_WAIT_SPANS, ClientDelivery, ContentWatch, StallAction
+from sseproxy.shell import accelerator
+from sseproxy.shell.delivery import MAX_WAIT_SPANS, ClientDelivery, ContentWatch, StallAction
 from tests.streams import chat_chunk, sse
 
 
@@ -26,30 +26,39 @@ class Clock:
 
 
 class Transport(asyncio.WriteTransport):
-    def __init__(self, protocol: BaseProtocol, buffered: int = 0, high: int = 65536) -> None:
-        super().__init__()
-        self.protocol = protocol
-        self.buffered = buffered
-        self.high = high
+    """A client's transport: what was written, what it still buffers, whether it closed."""
 
-    def get_protocol(self) -> Any:
-        return self.protocol
+    def __init__(self, buffered: int = 0) -> None:
+        super().__init__()
+        self.buffered = buffered
+        self.limits: tuple[int | None, int | None] = (None, None)
+        self.closing = False
+        self.data = bytearray()
 
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self.high // 4, self.high
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.limits = (high, low)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: Any) -> None:
+        self.data += data
 
 
 class Response:
-    """Stands in for StreamResponse.write: optionally takes `blocks` seconds, or fails."""
+    """Stands in for StreamResponse.write/drain: optionally takes `blocks` seconds, or fails."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, chunked: bool = True) -> None:
         self.clock = clock
+        self.chunked = chunked
+        self.content_length: int | None = None
         self.blocks = 0.0
         self.fail = False
         self.written: list[bytes] = []
+        self.drains = 0
 
     async def write(self, data: bytes) -> None:
         self.clock.now += self.blocks
@@ -57,73 +66,118 @@ class Response:
             raise ConnectionResetError("client went away")
         self.written.append(data)
 
+    async def drain(self) -> None:
+        self.clock.now += self.blocks
+        self.drains += 1
+
 
 class Request:
-    def __init__(self, transport: Transport | None) -> None:
+    def __init__(self, transport: Transport | None, version: tuple[int, int] = (1, 1)) -> None:
         self.transport = transport
+        self.version = version
+
+
+@pytest.fixture
+def accelerated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accelerator.Detection, "enabled", True)
 
 
 async def make(
-    buffered: int = 0, paused: bool = False, tap: StreamTap | None = None
+    buffered: int = 0,
+    tap: StreamTap | None = None,
+    *,
+    chunked: bool = True,
+    version: tuple[int, int] = (1, 1),
+    mark: int | None = None,
 ) -> tuple[ClientDelivery, Response, Clock, Transport]:
-    protocol = BaseProtocol(asyncio.get_running_loop())
-    if paused:
-        protocol.pause_writing()
-    transport = Transport(protocol, buffered)
+    transport = Transport(buffered)
     clock = Clock()
-    response = Response(clock)
-    delivery = ClientDelivery(Request(transport), response, tap, clock=clock)  # type: ignore[arg-type]
+    response = Response(clock, chunked)
+    request = Request(transport, version)
+    delivery = ClientDelivery(request, response, tap, mark=mark, clock=clock)  # type: ignore[arg-type]
     return delivery, response, clock, transport
 
 
-async def test_a_write_that_cannot_wait_reads_no_clock_and_counts_its_bytes() -> None:
-    delivery, response, clock, _ = await make(buffered=1000)
+async def test_writes_are_timed_and_counted() -> None:
+    delivery, response, _, _ = await make(buffered=1000)
+    response.blocks = 0.25
     await delivery.write(b"data: 1\n\n")
+    response.blocks = 0.5
     await delivery.write(b"data: 2\n\n")
     assert response.written == [b"data: 1\n\n", b"data: 2\n\n"]
-    assert clock.reads == 0
-    assert delivery.client_bytes == 18
-    assert delivery.fields(broken=False) == {"client_wait_ms": 0.0, "client_bytes": 18}
-    assert delivery.last_wait == 0.0
-
-
-async def test_a_write_near_the_high_water_mark_is_timed() -> None:
-    delivery, response, _, _ = await make(buffered=65536 - 100)
-    response.blocks = 0.25
-    await delivery.write(b"x" * 100)
-    response.blocks = 0.5
-    await delivery.write(b"y" * 100)
-    assert delivery.client_wait_ms == 750.0
+    assert delivery.client_bytes == 18 and delivery.started
+    assert delivery.fields(broken=False) == {"client_wait_ms": 750.0, "client_bytes": 18}
     assert delivery.last_wait == 0.5
     assert delivery.waits == [(1000.0, 0.25), (1000.25, 0.5)]
-    assert delivery.client_bytes == 200
 
 
-async def test_a_write_while_the_protocol_is_paused_is_timed() -> None:
-    delivery, response, _, _ = await make(buffered=0, paused=True)
+async def test_a_drain_is_a_wait_for_the_client() -> None:
+    delivery, response, _, _ = await make()
     response.blocks = 2.0
-    await delivery.write(b"z")
-    assert delivery.client_wait_ms == 2000.0
+    await delivery.drain()
+    assert response.drains == 1 and delivery.client_wait_ms == 2000.0
 
 
-async def test_a_chunk_larger_than_the_high_water_mark_is_timed() -> None:
-    delivery, response, _, _ = await make(buffered=0)
-    response.blocks = 0.125
-    await delivery.write(b"x" * 70000)
-    assert delivery.client_wait_ms == 125.0
+async def test_the_mark_becomes_the_transports_high_water_mark_and_held_is_its_buffer() -> None:
+    delivery, _, _, transport = await make(buffered=1234, mark=4096)
+    assert transport.limits == (4096, None)
+    assert delivery.held() == 1234
 
 
-async def test_without_a_transport_every_write_is_timed() -> None:
+async def test_without_a_transport_nothing_is_held_and_nothing_is_written_directly() -> None:
     clock = Clock()
     response = Response(clock)
     response.blocks = 0.5
     delivery = ClientDelivery(Request(None), response, clock=clock)  # type: ignore[arg-type]
+    assert (delivery.held(), delivery.gone(), delivery.direct) == (0, True, False)
     await delivery.write(b"a")
     assert delivery.client_wait_ms == 500.0
 
 
+async def test_direct_writes_frame_each_chunk_as_rfc_9112_says(accelerated: None) -> None:
+    delivery, _, clock, transport = await make()
+    assert delivery.direct
+    assert delivery.write_now(b"hello") and delivery.write_now(b"x" * 17)
+    assert bytes(transport.data) == b"5\r\nhello\r\n11\r\n" + b"x" * 17 + b"\r\n"
+    assert delivery.client_bytes == 22 and clock.reads == 0  # a direct write never waits
+
+
+async def test_direct_writes_to_an_http10_client_are_the_bytes_as_they_are(
+    accelerated: None,
+) -> None:
+    delivery, _, _, transport = await make(chunked=False, version=(1, 0))
+    assert delivery.direct
+    assert delivery.write_now(b"hello")
+    assert bytes(transport.data) == b"hello"
+
+
+async def test_a_response_with_a_length_is_never_written_directly(accelerated: None) -> None:
+    clock = Clock()
+    response = Response(clock, chunked=False)
+    response.content_length = 10
+    delivery = ClientDelivery(Request(Transport(), (1, 0)), response, clock=clock)  # type: ignore[arg-type]
+    assert not delivery.direct
+
+
+async def test_the_accelerator_off_means_no_direct_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accelerator.Detection, "enabled", False)
+    delivery, _, _, _ = await make()
+    assert not delivery.direct
+
+
+async def test_a_direct_write_to_a_closed_client_writes_nothing(accelerated: None) -> None:
+    tap = StreamTap(Dialect.OPENAI_CHAT)
+    delivery, _, _, transport = await make(tap=tap)
+    delivery.write_now(EVENTS[0])
+    tap.feed(EVENTS[0])
+    transport.closing = True
+    assert not delivery.write_now(EVENTS[1])
+    assert bytes(transport.data).count(b"data:") == 1 and delivery.client_bytes == len(EVENTS[0])
+    assert delivery.fields(broken=True)["events_delivered"] == 1
+
+
 async def test_wait_spans_are_capped_but_the_total_keeps_growing() -> None:
-    delivery, response, _, _ = await make(paused=True)
+    delivery, response, _, _ = await make()
     response.blocks = 0.001
     for _ in range(MAX_WAIT_SPANS + 1):
         await delivery.write(b"a")

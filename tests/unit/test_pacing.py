@@ -271,7 +271,7 @@ def test_a_chunk_without_content_changes_nothing() -> None:
 def test_ttft_is_when_the_first_content_arrived_as_the_pacing_reads_it() -> None:
     """One time to first content: the record's `ttft_ms` is read where the pacing reads it,
     at the chunk's arrival from upstream, not once a slow client took it."""
-    from sseproxy.shell.record import Timings
+    from sseproxy.shell.state import Timings
 
     timings, pacing = Timings(start=100.0), Pacing(100.0)
     pacing.first_byte(100.2)

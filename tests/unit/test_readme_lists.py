@@ -17,9 +17,9 @@ from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects import Dialect
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
-from sseproxy.delivery import ClientDelivery
 from sseproxy.shell import record as records
 from sseproxy.shell import state
+from sseproxy.shell.delivery import ClientDelivery
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Fields the log line adds around every record (log.py), not record.py's.
@@ -86,7 +86,7 @@ def every_field_record() -> set[str]:
 
 def test_every_anomaly_is_in_the_readme() -> None:
     compare(
-        set(ANOMALIES) | {records.RECORD_ERROR},
+        set(ANOMALIES) | {records.RECORD_ERROR, records.BYTES_AFTER_RESPONSE},
         first_column("### Anomalies"),
         "anomaly names",
         "### Anomalies table (core/anomalies.py, shell/record.py)",

@@ -4,7 +4,6 @@ the record rendered once for json_ready and the log line. The references are the
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import io
@@ -16,12 +15,11 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote
 
-import aiohttp
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from multidict import CIMultiDict, CIMultiDictProxy, istr
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from bench.record_cost import CASES, exchange
@@ -39,6 +37,7 @@ from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
 from sseproxy.shell.inspector import Inspector, StreamView, Viewer
 from sseproxy.shell.tapping import tap_options
+from sseproxy.shell.upstream import headers as upstream_headers
 from tests.unit.test_record_paths import (
     built_records,
     request_secrets,
@@ -253,27 +252,6 @@ def test_the_request_drop_set_names_the_drill_header() -> None:
     assert {"host", "content-length", "expect"} <= upstream.REQUEST_DROP
 
 
-async def test_a_forwarding_request_adds_the_headers_aiohttp_adds() -> None:
-    loop = asyncio.get_running_loop()
-    url = URL("http://127.0.0.1:9/v1/x")
-    skips = [upstream._SKIPPED, set(upstream._SKIPPED) | {istr("Content-Type")}, None]
-    heads = [{}, {"Accept": "x/y"}, {"User-Agent": "u", "Content-Type": "a/b"}]
-    for skip in skips:
-        for head in heads:
-            for data in (None, b"{}"):
-                requests = [
-                    cls("POST", url, loop=loop, headers=head, skip_auto_headers=skip, data=data)
-                    for cls in (aiohttp.ClientRequest, upstream.ForwardingRequest)
-                ]
-                plain, ours = requests
-                assert list(ours.headers.items()) == list(plain.headers.items())
-                assert list(ours.skip_auto_headers.items()) == list(plain.skip_auto_headers.items())
-    bare = upstream.ForwardingRequest(
-        "POST", url, loop=loop, skip_auto_headers=upstream._SKIPPED, data=b"{}"
-    )
-    assert "User-Agent" not in bare.headers and "Accept" not in bare.headers
-
-
 # -- admission ---------------------------------------------------------------------------------
 
 
@@ -321,8 +299,8 @@ def test_rows_are_marked_changed_only_for_viewers() -> None:
 
 
 def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
-    monkeypatch.setattr(upstream, "_TARGETS", {})
-    monkeypatch.setattr(upstream, "MAX_CACHED_TARGETS", 3)
+    monkeypatch.setattr(upstream_headers, "_TARGETS", {})
+    monkeypatch.setattr(upstream_headers, "MAX_CACHED_TARGETS", 3)
     a = Route("a", ("/*",), "http://127.0.0.1:1", URL("http://127.0.0.1:1/base"))
     b = Route("b", ("/*",), "http://127.0.0.1:2", URL("http://127.0.0.1:2"), strip_prefix="/v1")
     targets = ["/v1/x?alt=sse", "/v1/y", "/v1/x%3Fkey=1", "/v1/z", "/" + "p" * 1100]
@@ -330,13 +308,15 @@ def test_upstream_urls_are_the_routes_and_bounded(monkeypatch: Any) -> None:
         for route in (a, b):
             for target in targets:
                 assert upstream.upstream_url(route, target) == route.target(target)
-    assert len(upstream._TARGETS) == 3  # bounded; the long target was never kept
-    assert all(len(raw) <= upstream.MAX_CACHED_TARGET_CHARS for _, raw in upstream._TARGETS)
+    assert len(upstream_headers._TARGETS) == 3  # bounded; the long target was never kept
+    assert all(
+        len(raw) <= upstream_headers.MAX_CACHED_TARGET_CHARS for _, raw in upstream_headers._TARGETS
+    )
     for bad in ("/x#y", "/x y", "x"):
         for _ in range(2):  # refused each time, never remembered
             with pytest.raises(ValueError):
                 upstream.upstream_url(a, bad)
-    assert len(upstream._TARGETS) == 3
+    assert len(upstream_headers._TARGETS) == 3
 
 
 # -- the log line's timestamp ------------------------------------------------------------------

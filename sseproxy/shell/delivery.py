@@ -1,10 +1,11 @@
 """What the client actually received, and content stalls that keep-alives hide.
 
-Shell side (reads the clock, touches the transport); the relay loop wires these in:
+Shell side (reads the clock, touches the transport); the relay wires these in:
 
-- `ClientDelivery` wraps `response.write(chunk)`: the time writes waited for a slow-reading
-  client (back-pressure), the bytes the client's connection accepted, and the last whole event
-  written before a break.
+- `ClientDelivery` is the client's side of one response: its writes (synchronous through the
+  accelerator when it is on, else `await response.write()`), the bytes held for the client
+  (its transport's write buffer), the time spent waiting for a client that did not read, the
+  bytes its connection accepted, and the last whole event written before a break.
 - `ContentWatch` ends (or only counts) a stream whose bytes keep arriving, keep-alives or
   pings, while no content delta does: a hung generator behind a pinging server defeats every
   client's read timeout.
@@ -13,46 +14,45 @@ Shell side (reads the clock, touches the transport); the relay loop wires these 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+import warnings
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from aiohttp import web
-from aiohttp.base_protocol import BaseProtocol
 
-from .core import StreamTap
+from ..core import StreamTap
+from . import accelerator
 
-# aiohttp's StreamWriter.write awaits only in `drain()`, and `drain()` waits only while the
-# protocol is paused, which asyncio does when the transport's buffer passes its high-water
-# mark. A write can therefore wait only if the buffer plus this chunk (plus chunked-encoding
-# framing, under this margin) can pass that mark; every other write is timed at no cost.
-FRAMING_MARGIN = 64
 # Spans of waiting kept for the inspector's timeline. Beyond it only the totals grow.
 MAX_WAIT_SPANS = 256
 
 
 class ClientDelivery:
-    """Meters the writes of one response to the client.
+    """Writes and meters one response to the client, after `response.prepare()`.
 
-    Call `write(chunk)` instead of `response.write(chunk)`, after `response.prepare()`. The
-    tap is read lazily: at each write the previous chunk has been written and fed, so its
+    The tap is read lazily: at each write the previous chunk has been written and fed, so its
     event count is what the client holds; a write that fails leaves that snapshot in place.
+    `mark` is the most bytes the client's transport may buffer before a write waits for it
+    (its high-water mark is set to it).
     """
 
     __slots__ = (
-        "_buffered",
+        "_chunked",
         "_clock",
         "_events",
         "_last_type",
-        "_limit",
-        "_protocol",
         "_response",
         "_tap",
+        "_transport",
         "client_bytes",
         "client_wait",
+        "direct",
         "failed",
         "last_wait",
+        "started",
         "waits",
     )
 
@@ -62,56 +62,70 @@ class ClientDelivery:
         response: web.StreamResponse,
         tap: StreamTap | None = None,
         *,
+        mark: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._response = response
         self._tap = tap
         self._clock = clock
-        transport = request.transport
-        protocol = transport.get_protocol() if transport is not None else None
-        self._protocol = protocol if isinstance(protocol, BaseProtocol) else None
-        # The fast path's test, bound once: buffered() + len(chunk) <= limit.
-        self._buffered: Callable[[], int] | None = None
-        self._limit = 0
-        if isinstance(transport, asyncio.WriteTransport):
-            try:
-                high = transport.get_write_buffer_limits()[1]
-                self._buffered = transport.get_write_buffer_size
-                self._limit = high - FRAMING_MARGIN
-            except (AttributeError, NotImplementedError):
-                self._buffered = None  # unknown: time every write
+        # asyncio's transport API (uvloop's transports have it too, without subclassing).
+        self._transport = transport = request.transport
+        if transport is not None and mark is not None:
+            # A transport without limits: aiohttp's own waits stay as they were.
+            with contextlib.suppress(AttributeError, NotImplementedError):
+                transport.set_write_buffer_limits(high=mark)
+        self._chunked = response.chunked
+        # Chunks may be framed and written here (`write_now`) once aiohttp has sent the head:
+        # a chunked response, or an HTTP/1.0 one that ends with the connection.
+        self.direct = (
+            accelerator.enabled()
+            and transport is not None
+            and (response.chunked or (request.version < (1, 1) and response.content_length is None))
+        )
+        self.started = False  # the head went out with the first write
         self.client_bytes = 0
         self.client_wait = 0.0  # seconds
-        # The latest write's wait: the relay subtracts it from the time between two upstream
-        # chunks, so max_gap_ms measures the upstream's silence, not the client's slowness.
+        # The latest wait: the relay subtracts it from the time between two upstream chunks,
+        # so max_gap_ms measures the upstream's silence, not the client's slowness.
         self.last_wait = 0.0
         self.waits: list[tuple[float, float]] = []  # (start, seconds) of each wait, capped
         self.failed = False
         self._events = 0
         self._last_type: str | None = None
 
-    async def write(self, chunk: bytes) -> None:
-        """`response.write(chunk)`, timed only when it can wait; exceptions pass through."""
+    def held(self) -> int:
+        """Bytes written for the client that its connection has not taken yet."""
+        transport = self._transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
+    def gone(self) -> bool:
+        transport = self._transport
+        return transport is None or transport.is_closing()
+
+    def _snapshot(self) -> None:
         tap = self._tap
         if tap is not None:
             self._events = tap.events
             assembler = tap.assembler
             if assembler is not None:
                 self._last_type = assembler.last_event
-        buffered, protocol = self._buffered, self._protocol
-        if (
-            buffered is not None
-            and buffered() + len(chunk) <= self._limit
-            and (protocol is None or not protocol.writing_paused)
-        ):
-            self.last_wait = 0.0
-            try:
-                await self._response.write(chunk)
-            except BaseException:
-                self.failed = True
-                raise
-            self.client_bytes += len(chunk)
-            return
+
+    def write_now(self, chunk: bytes) -> bool:
+        """Frame and write `chunk` at once (only while `direct` and `started`); False when
+        the client's connection is gone, and nothing was written."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            self.broken()
+            return False
+        self._snapshot()
+        self.last_wait = 0.0
+        transport.write(accelerator.frame(chunk, self._chunked))
+        self.client_bytes += len(chunk)
+        return True
+
+    async def write(self, chunk: bytes) -> None:
+        """`response.write(chunk)`, timed; exceptions pass through."""
+        self._snapshot()
         started = self._clock()
         try:
             await self._response.write(chunk)
@@ -119,21 +133,36 @@ class ClientDelivery:
             self.failed = True
             raise
         finally:
-            waited = self.last_wait = self._clock() - started
-            self.client_wait += waited
-            if waited > 0 and len(self.waits) < MAX_WAIT_SPANS:
-                self.waits.append((started, waited))
+            self._waited(started)
+        self.started = True
         self.client_bytes += len(chunk)
+
+    async def drain(self) -> None:
+        """Wait until the client's connection has taken most of what it holds (timed)."""
+        started = self._clock()
+        try:
+            with warnings.catch_warnings():
+                # aiohttp marks `drain` deprecated in favour of `write`, which waits only past
+                # its own count of bytes; the accelerator's bytes are not in that count.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                await self._response.drain()
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            self._waited(started)
+
+    def _waited(self, started: float) -> None:
+        waited = self.last_wait = self._clock() - started
+        self.client_wait += waited
+        if waited > 0 and len(self.waits) < MAX_WAIT_SPANS:
+            self.waits.append((started, waited))
 
     def broken(self) -> None:
         """The client's connection was gone before the next chunk could be written: what the
         tap holds now is what the client was sent."""
-        tap = self._tap
-        if tap is not None and not self.failed:
-            self._events = tap.events
-            assembler = tap.assembler
-            if assembler is not None:
-                self._last_type = assembler.last_event
+        if not self.failed:
+            self._snapshot()
         self.failed = True
 
     @property
@@ -170,7 +199,7 @@ class StallAction(StrEnum):
 class ContentWatch:
     """Notices `timeout` seconds without a content delta while bytes still arrive.
 
-    Like proxy.py's IdleWatch: the relay only stores times (`chunk()`); one timer per period
+    Like the relay's IdleWatch: the relay only stores times (`chunk()`); one timer per period
     checks them. The reference is the last content delta, or the first byte before any
     content. A silence without any byte is the idle timeout's business: the watch only looks
     again a quarter timeout later. In "log" mode each stalled gap is counted once; in "cut"

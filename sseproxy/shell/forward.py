@@ -1,0 +1,310 @@
+"""One exchange with the upstream: send the admitted request, check the response head, start
+the client's response, let the relay carry the body, end the client's response as the
+upstream's ended."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..capture import redact_headers
+from ..config import Settings
+from ..core import Dialect, EndReason
+from ..core.dialects import detect
+from ..core.events import Framing
+from ..core.inject import Injector
+from ..core.pacing import Pacing
+from ..core.readers import framing_for
+from .admission import Refused, via_entry
+from .delivery import ClientDelivery, ContentWatch
+from .errors import CLIENT_IO, Ended
+from .inspector import CONTENT_CHARS, StreamView
+from .record import NO_BODY_STATUSES
+from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
+from .tapping import open_tap, tap_options
+from .upstream import (
+    REQUEST_DROP,
+    UpstreamEnd,
+    UpstreamFailed,
+    UpstreamResponse,
+    forwardable,
+    upstream_url,
+)
+
+if TYPE_CHECKING:
+    from .state import Exchange, ProxyState
+
+REQUEST_ID_HEADER = "x-sseproxy-request-id"
+# Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
+STREAM_FRAMINGS = {Framing.SSE, Framing.NDJSON, Framing.EVENTSTREAM}
+UPSTREAM_REQUEST_ID_HEADERS = (
+    "x-request-id",
+    "request-id",
+    "x-goog-request-id",
+    "x-amzn-requestid",
+    "x-generation-id",
+    "cf-ray",
+)
+# How a failure before any response header is named in the proxy's own 502/504.
+UPSTREAM_ERROR_TYPES = {
+    EndReason.IDLE_TIMEOUT: "upstream_timeout",
+    EndReason.UPSTREAM_UNREACHABLE: "upstream_unreachable",
+    EndReason.UPSTREAM_RESET: "upstream_reset",
+    EndReason.UPSTREAM_PROTOCOL_ERROR: "upstream_protocol_error",
+    EndReason.UPSTREAM_CLOSED: "upstream_closed",
+}
+
+
+async def forward(
+    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+) -> web.StreamResponse:
+    """Send the admitted request upstream and relay its response."""
+    facts = x.facts
+    route = facts.route
+    assert route is not None and state.pool is not None
+    try:
+        url = upstream_url(route, request.raw_path)  # scheme, host and port only from the route
+    except ValueError as exc:
+        raise Refused(400, "bad_target", str(exc)) from exc
+    headers = forwardable(request.headers, drop=REQUEST_DROP)
+    via = request.headers.getall("Via", ())
+    headers["Via"] = ", ".join([*via, via_entry(state)]) if via else via_entry(state)
+    if state.tracing is not None:
+        x.progress.span = state.tracing.start(request.headers, headers, request.method, facts.path)
+    waiting = Waiting()
+    try:
+        upstream = await state.pool.request(
+            request.method,
+            url,
+            list(headers.items()),
+            facts.body,
+            waiting,
+            head_timeout=settings.idle_timeout,  # no byte of the response yet
+        )
+    except UpstreamFailed as failed:
+        status = 504 if failed.reason is EndReason.IDLE_TIMEOUT else 502
+        raise Refused(
+            status,
+            UPSTREAM_ERROR_TYPES.get(failed.reason, "upstream_unreachable"),
+            failed.cause,
+            end=failed.reason,
+            upstream=route.upstream,  # userinfo masked
+        ) from failed
+    except ValueError as exc:  # a header the upstream request cannot carry
+        raise Refused(400, "bad_request", str(exc)) from exc
+    # The body waits until the relay takes it (the client's response must start first).
+    upstream.pause_reading()
+    try:
+        return await respond(request, x, state, settings, upstream, waiting)
+    finally:
+        # Stop generation (and billing) now unless the body ended; the pool keeps the
+        # connection only when it ended by its own framing and the pool's rules allow.
+        upstream.abort(EndReason.CLIENT_DISCONNECTED, "the proxy stopped relaying")
+
+
+class Waiting:
+    """The receiver until the relay exists. The body is paused at once, so at most a read
+    already under way arrives here; it and an end that comes meanwhile go to the relay."""
+
+    __slots__ = ("chunks", "end")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.end: UpstreamEnd | None = None
+
+    def on_body(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+
+    def on_end(self, end: UpstreamEnd) -> None:
+        self.end = end
+
+    def hand_over(self, upstream: UpstreamResponse, relay: Relay) -> None:
+        upstream.set_receiver(relay)
+        for chunk in self.chunks:
+            relay.on_body(chunk)
+        self.chunks = []
+        if self.end is not None:
+            relay.on_end(self.end)
+
+
+async def respond(
+    request: web.Request,
+    x: Exchange,
+    state: ProxyState,
+    settings: Settings,
+    upstream: UpstreamResponse,
+    waiting: Waiting,
+) -> web.StreamResponse:
+    """Start the client's response, relay, end it as the upstream's ended."""
+    p = x.progress
+    p.timings.headers = time.monotonic()
+    p.status = upstream.status
+    begin(request, x, state, settings, upstream)
+    response = client_response(request, x, upstream)
+    transform: Identity | Drill = Identity()
+    if x.facts.inject_rules:
+        assert p.tap is not None
+        framing = framing_for(p.content_type)
+        transform = Drill(Injector(x.facts.inject_rules, p.tap.dialect, framing=framing))
+    try:
+        with CLIENT_IO:
+            await response.prepare(request)
+        p.delivery = ClientDelivery(request, response, p.tap, mark=settings.max_client_held_bytes)
+        end = await relay(x, upstream, waiting, transform, state, settings)
+        # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
+        # may still say `interrupted` (no terminal event): that is what the record is for.
+        p.end, p.http_complete = end.reason, end.complete
+        p.bytes_after_end = end.bytes_after_end
+        if not end.complete:
+            raise Ended(end.reason, end.cause)
+    except Ended as ended:
+        p.end, p.http_complete = ended.reason, False
+        if ended.reason is EndReason.CLIENT_DISCONNECTED:
+            p.client_left(upstream_ended(upstream))
+    except asyncio.CancelledError:  # the client left (or a shutdown): how far had it got?
+        p.cancelled_at(upstream_ended(upstream), received_all(response, p.delivery))
+        raise
+    if p.http_complete:
+        p.delivered = True  # every upstream byte was written: a close from now changes nothing
+        with contextlib.suppress(Exception):
+            await response.write_eof()
+    else:
+        break_downstream(request)
+    return response
+
+
+def upstream_ended(upstream: UpstreamResponse) -> bool:
+    """Whether the upstream body had ended by its own framing (the leg read all of it)."""
+    end = upstream.ended
+    return end is not None and end.complete
+
+
+def received_all(response: web.StreamResponse, delivery: ClientDelivery | None) -> bool:
+    """Whether the client's connection took every byte of a Content-Length body (its client
+    then has the whole response, and may close while the analysis still runs)."""
+    length = response.content_length
+    return delivery is not None and length is not None and delivery.client_bytes >= length
+
+
+def client_response(
+    request: web.Request, x: Exchange, upstream: UpstreamResponse
+) -> web.StreamResponse:
+    """The client's response head: the upstream's, minus hop-by-hop fields, plus ours."""
+    p = x.progress
+    headers = forwardable(upstream.headers)
+    if x.facts.inject_rules:
+        headers.popall("Content-Length", None)  # the drill changes the body's length
+    headers[REQUEST_ID_HEADER] = x.facts.request_id
+    if p.stream:
+        headers["X-Accel-Buffering"] = "no"
+        headers["Cache-Control"] = "no-cache"
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    no_body = request.method == "HEAD" or upstream.status in NO_BODY_STATUSES
+    if request.version >= (1, 1) and "Content-Length" not in headers and not no_body:
+        # What aiohttp would choose by itself, said explicitly: `response.chunked` is then
+        # true exactly when the body is sent in chunks (the accelerator frames by it).
+        response.enable_chunked_encoding()
+    return response
+
+
+async def relay(
+    x: Exchange,
+    upstream: UpstreamResponse,
+    waiting: Waiting,
+    transform: Identity | Drill,
+    state: ProxyState,
+    settings: Settings,
+) -> BodyEnd:
+    """Relay the body with the idle and content watches armed; the upstream's end."""
+    p = x.progress
+    assert p.tap is not None and p.view is not None and p.pacing is not None
+    assert p.delivery is not None
+    watch = IdleWatch(
+        settings.idle_timeout,
+        lambda: upstream.abort(
+            EndReason.IDLE_TIMEOUT, f"no upstream byte for {settings.idle_timeout} s"
+        ),
+    )
+    stalls = None
+    if settings.content_timeout is not None:
+        timeout = settings.content_timeout
+        stalls = ContentWatch(
+            timeout,
+            settings.content_stall_action,
+            lambda: upstream.abort(EndReason.CONTENT_TIMEOUT, f"no content delta for {timeout} s"),
+        )
+    parts = Parts(p.tap, p.timings, p.pacing, p.view, p.delivery, watch, stalls, p.capture)
+    relay = Relay(
+        parts,
+        transform,
+        mark=settings.max_client_held_bytes,
+        budget=state.held,
+        idle_timeout=settings.idle_timeout,
+    )
+    relay.upstream = upstream
+    waiting.hand_over(upstream, relay)
+    upstream.resume_reading()
+    try:
+        return await relay.run()
+    except asyncio.CancelledError:
+        upstream.abort(EndReason.CLIENT_DISCONNECTED, "the client left")
+        raise
+    finally:
+        watch.stop()
+        if stalls is not None:
+            stalls.stop()
+
+
+def begin(
+    request: web.Request,
+    x: Exchange,
+    state: ProxyState,
+    settings: Settings,
+    upstream: UpstreamResponse,
+) -> None:
+    """Open the tap, the inspector's view and the capture for this response."""
+    p, facts = x.progress, x.facts
+    dialect: Dialect | None = facts.route.dialect if facts.route else None
+    if settings.dialect != "auto":
+        dialect = Dialect(settings.dialect)
+    dialect = dialect or detect(request.method, request.path, upstream.headers)
+    p.content_type = upstream.headers.get("Content-Type")
+    p.stream = framing_for(p.content_type) in STREAM_FRAMINGS
+    p.tap = open_tap(
+        dialect,
+        p.content_type,
+        upstream.headers.get("Content-Encoding"),
+        tap_options(settings.max_event_bytes, CONTENT_CHARS if settings.keep_content else 0),
+        facts.asked,
+    )
+    for name in UPSTREAM_REQUEST_ID_HEADERS:
+        if name in upstream.headers:
+            p.upstream_request_id = upstream.headers[name]
+            break
+    p.response_headers = redact_headers(upstream.headers, facts.secrets)  # capture, inspector
+    p.pacing = Pacing(facts.start)
+    p.view = StreamView(
+        facts.request_id,
+        facts.method,
+        facts.path,
+        facts.started_at,
+        facts.start,
+        model=facts.asked.model,
+        dialect=str(dialect) if dialect else None,
+        status=p.status,
+        tap=p.tap,
+    )
+    state.inspector.started(p.view)
+    if state.captures is not None:
+        p.capture = state.captures.new(facts.request_id, facts.start)
+
+
+def break_downstream(request: web.Request) -> None:
+    """Close the client connection without a clean end, so the client sees the break."""
+    transport = request.transport
+    if transport is not None and not transport.is_closing():
+        transport.close()
