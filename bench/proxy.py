@@ -109,7 +109,7 @@ DIRECT, NAIVE_ASYNCIO, NAIVE_UVLOOP, SSEPROXY, BASELINE = (
     "sseproxy",
     "sseproxy-baseline",
 )
-# The source tree of `sseproxy-baseline` (set by --baseline).
+# The source tree `sseproxy-baseline` runs from (set by --baseline).
 BASELINE_SRC: list[str] = []
 
 
@@ -163,10 +163,10 @@ def start_proxy(kind: str, upstream: str, logdir: Path) -> tuple[subprocess.Pope
             "100000",
         ]
         out = open(logdir / f"{kind}.log", "ab")  # noqa: SIM115 (closed with the process)
-    env = None
-    if kind == BASELINE:  # the earlier tree's package comes first on the path
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(BASELINE_SRC)}
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
+    cwd = None
+    if kind == BASELINE:  # run from the earlier tree: `-m` puts the working directory first
+        cwd = BASELINE_SRC[0]
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd)
     wait_port(port)
     return proc, port
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import ClientError, ClientPayloadError, ClientResponse, ClientSession, web
-from aiohttp.base_protocol import BaseProtocol
 
 from sseproxy.core import EndReason, StreamTap, Verdict
 from sseproxy.core.inject import parse_rules
@@ -173,8 +172,11 @@ async def writing_paused(outcome: Outcome) -> None:
     """Wait (bounded) until the relay's writes to the client are held by back-pressure."""
     for _ in range(2000):
         transport = outcome.transport
-        protocol = transport.get_protocol() if transport is not None else None
-        if isinstance(protocol, BaseProtocol) and protocol.writing_paused:
+        # asyncio pauses the writer when the buffer passes its high-water mark
+        if (
+            isinstance(transport, asyncio.WriteTransport)
+            and transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+        ):
             return
         await asyncio.sleep(0.005)
     raise AssertionError("the relay's writes never waited")

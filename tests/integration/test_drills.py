@@ -124,6 +124,7 @@ async def test_mock_serves_captures_with_their_chunking(
 @pytest.mark.e2e
 async def test_openai_sdk_through_drills(upstream, make_proxy, logs) -> None:
     openai = pytest.importorskip("openai")
+    httpx = pytest.importorskip("httpx")
     fake, _ = upstream
     fake.script(PATH, Script([Send(STREAM)]))
     client = await make_proxy(allow_inject=True)
@@ -147,7 +148,7 @@ async def test_openai_sdk_through_drills(upstream, make_proxy, logs) -> None:
     assert await text_with("split-utf8") == plain
     try:
         cut = await text_with("cut-after=2")
-    except openai.APIError:
+    except (openai.APIError, httpx.TransportError):  # openai<3.14 let httpx's error through
         cut = None
     assert cut is None or cut[1] is None  # raised, or ended short with no finish reason
     last = (await logs.wait(4))[-1]

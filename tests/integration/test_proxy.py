@@ -103,7 +103,7 @@ async def test_upstream_close_mid_stream_breaks_the_client(
 
 async def test_upstream_reset_mid_stream(relay_mode, upstream, make_proxy, logs) -> None:
     fake, _ = upstream
-    fake.script(CHAT_PATH, Script([Send(sse(chat_chunk("Hel"))), Sleep(0.05), Reset()]))
+    fake.script(CHAT_PATH, Script([Send(sse(chat_chunk("Hel"))), Sleep(0.2), Reset()]))
     client = await make_proxy()
     resp = await client.post(CHAT_PATH, json={})
     with pytest.raises(aiohttp.ClientPayloadError):
@@ -112,8 +112,9 @@ async def test_upstream_reset_mid_stream(relay_mode, upstream, make_proxy, logs)
     assert record["state"] == "interrupted"
     assert record["interruption"]["reason"] == "upstream_reset"
     # The silence before the reset: measured from the first chunk's delivery to the client,
-    # so the proxy's own few milliseconds of delivering it are not in it.
-    assert record["max_gap_ms"] >= 45
+    # so the proxy's own milliseconds of delivering it (more on a loaded machine) are not in
+    # it; it is the upstream's 200 ms less those, never the whole request's duration.
+    assert 100 <= record["max_gap_ms"] <= record["duration_ms"]
 
 
 async def test_clean_http_end_without_terminal_is_still_interrupted(

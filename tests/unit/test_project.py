@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,28 @@ def test_readme_quickstart_has_exactly_two_commands() -> None:
     assert commands[0].endswith("sseproxy")
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert quickstart_commands()[1] in ci
+def ci_commands() -> list[str]:
+    """.ci/run's lines that run something (no comments, no blanks)."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def readme_section(title: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_ci_runs_exactly_the_readme_test_command_last() -> None:
+    assert ci_commands()[-1] == quickstart_commands()[1]
+
+
+def test_ci_runs_the_readme_floors_command() -> None:
+    """README's floors command, one step a line in .ci/run (`set -e` stops at any of them)."""
+    [command] = re.findall(r"```sh\n(.*?)\n```", readme_section("Supported versions"), re.S)
+    steps = command.split(" && ")
+    ci = ci_commands()
+    assert steps[0] in ci
+    start = ci.index(steps[0])
+    assert ci[start : start + len(steps)] == steps
 
 
 @pytest.mark.parametrize(
@@ -83,3 +103,52 @@ def test_ci_removes_its_clone_and_keeps_the_exit_status(tmp_path: Path) -> None:
     )
     assert run.returncode == 3, run.stderr
     assert list(scratch.iterdir()) == []
+
+
+# -- Declared dependency floors ------------------------------------------------------------------
+
+FLOORS = ROOT / ".ci" / "floors.txt"
+# The extras the floors run installs (`pip install -e '.[test]'` pulls `otel` through
+# `sseproxy[otel]`); `bench` is not installed by CI, so its bounds are not pinned there.
+FLOOR_EXTRAS = ("test", "otel")
+LOWER_BOUND = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)>=([0-9][0-9.]*)(?:\s*;.*)?")
+
+
+def declared_floors() -> dict[str, str]:
+    """Name -> lower bound of every runtime and tested extra dependency in pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in FLOOR_EXTRAS:
+        requirements += project["optional-dependencies"][extra]
+    floors: dict[str, str] = {}
+    for requirement in requirements:
+        if requirement.startswith("sseproxy["):
+            continue  # the project's own extra: its members are listed in that extra
+        match = LOWER_BOUND.fullmatch(requirement)
+        assert match, f"{requirement!r}: every dependency declares its floor as `name>=version`"
+        floors[match[1].lower()] = match[2]
+    return floors
+
+
+def pinned_floors() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in FLOORS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert name not in pins, f"{name} is pinned twice"
+            pins[name] = version
+    return pins
+
+
+def test_the_floors_file_pins_exactly_the_declared_lower_bounds() -> None:
+    """CI installs .ci/floors.txt to run the suite on the declared floors: they cannot drift."""
+    expected = declared_floors()
+    assert pinned_floors() == expected, "expected .ci/floors.txt:\n" + "\n".join(
+        f"{name}=={version}" for name, version in expected.items()
+    )
+
+
+def test_readme_names_every_declared_floor() -> None:
+    section = " ".join(readme_section("Supported versions").split())
+    missing = [f"{n}>={v}" for n, v in declared_floors().items() if f"`{n}>={v}`" not in section]
+    assert missing == []
