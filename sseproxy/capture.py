@@ -16,6 +16,7 @@ import re
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ MAX_INDEX_ENTRIES = 200_000
 MAX_DECODED_CHECK_BYTES = 64 * 1024 * 1024
 # Why a capture's body file stops before the body did (`truncated_reason` in the sidecar).
 TRUNCATED_REASON = "capture_max_bytes"
+# Captures this process saved that the inspector can find by request id (newest kept).
+MAX_SAVED_NAMES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,8 @@ class CaptureStore:
             pass  # a directory we cannot write to fails now, not at the first capture
         self.pending: set[asyncio.Task[None]] = set()
         self._trim = threading.Lock()  # writer threads trim the directory one at a time
+        # request id -> the file stem of its capture, for the inspector's download links
+        self._saved: OrderedDict[str, str] = OrderedDict()
 
     @classmethod
     def open(cls, settings: CaptureSettings) -> CaptureStore | None:
@@ -215,7 +220,22 @@ class CaptureStore:
         partial.write_bytes(text)
         partial.rename(directory / f"{stem}.json")  # readers never see a half-written sidecar
         with self._trim:
+            self._saved[capture.request_id] = stem
+            while len(self._saved) > MAX_SAVED_NAMES:
+                self._saved.popitem(last=False)
             self._enforce_total()
+
+    def files_of(self, request_id: str) -> tuple[Path, Path] | None:
+        """The sidecar and body file this process saved for `request_id`, if it still has
+        them. Only names the store made itself: a request id is a key, never a path."""
+        with self._trim:
+            stem = self._saved.get(request_id)
+        if stem is None:
+            return None
+        sidecar = self.settings.directory / f"{stem}.json"
+        if not sidecar.is_file():
+            return None
+        return sidecar, self.settings.directory / f"{stem}.body"
 
     def _enforce_total(self) -> None:
         """Delete the oldest captures until the directory is under its cap."""

@@ -32,6 +32,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 TOP_LEVEL_KEYS = ("server", "routes")
 ROUTE_KEYS = ("name", "paths", "upstream", "strip_prefix", "dialect", "inject")
+# The inspector's retention bounds that must be positive (inspector_streams may be 0: none).
+INSPECTOR_BOUNDS = (
+    "inspector_stream_bytes",
+    "inspector_total_bytes",
+    "inspector_events",
+    "inspector_chars",
+)
 FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
@@ -167,6 +174,11 @@ class Settings:
     resume_ledger_streams: int = 256
     resume_ledger_seconds: float = 600.0
     resume_ledger_events: int = 256
+    inspector_streams: int = 50
+    inspector_stream_bytes: int = 1024 * 1024
+    inspector_total_bytes: int = 64 * 1024 * 1024
+    inspector_events: int = 5000
+    inspector_chars: int = 8192
     otel_endpoint: str = ""
     otel_service_name: str = "sseproxy"
     routes: tuple[Route, ...] = ()
@@ -505,10 +517,22 @@ def _validate(
     for host in settings.allowed_hosts:
         if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
             problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")
-    for key in ("idle_timeout", "connect_timeout", "request_timeout", "resume_ledger_seconds"):
+    for key in (
+        "idle_timeout",
+        "connect_timeout",
+        "request_timeout",
+        "resume_ledger_seconds",
+        *INSPECTOR_BOUNDS,
+    ):
         if getattr(settings, key) <= 0:
             bad(key, "must be positive")
-    for key in ("shutdown_grace", "backlog", "resume_ledger_streams", "resume_ledger_events"):
+    for key in (
+        "shutdown_grace",
+        "backlog",
+        "resume_ledger_streams",
+        "resume_ledger_events",
+        "inspector_streams",
+    ):
         if getattr(settings, key) < 0:
             bad(key, "must not be negative")
     if settings.content_timeout is not None and settings.content_timeout <= 0:

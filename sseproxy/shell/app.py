@@ -27,7 +27,7 @@ from .admission import Refused, admit
 from .budget import HeldBytes
 from .errors import describe
 from .forward import REQUEST_ID_HEADER, break_downstream, forward
-from .inspector import Inspector
+from .inspector import Inspector, Retention
 from .ledger import Ledger, LedgerLimits, Links
 from .record import PROXY_ERROR, proxy_error
 from .relay import analyse_backlog
@@ -243,7 +243,14 @@ def create_app(
                 settings.capture_request_bodies,
             )
         )
-    inspector = Inspector(settings.keep_content)
+    retention = Retention(
+        settings.inspector_streams,
+        settings.inspector_stream_bytes,
+        settings.inspector_total_bytes,
+        settings.inspector_events,
+        settings.inspector_chars,
+    )
+    inspector = Inspector(settings.keep_content, retention=retention, captures=captures)
     if tracing is None and settings.otel_endpoint:
         from ..tracing import Tracing
 
@@ -263,6 +270,7 @@ def create_app(
     app.router.add_get(OWN_PREFIX, inspector.page)
     app.router.add_get(OWN_PREFIX + "events", inspector.feed)
     app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
+    app.router.add_get(OWN_PREFIX + "captures/{request_id}/{kind}", inspector.capture_file)
     app.on_startup.append(inspector.start)
     app.on_startup.append(_detect_accelerator)
     app.on_shutdown.append(inspector.stop)

@@ -289,8 +289,7 @@ def begin(
         if name in upstream.headers:
             p.upstream_request_id = upstream.headers[name]
             break
-    if state.captures is not None:  # only a capture keeps the response's headers
-        p.response_headers = redact_headers(upstream.headers, facts.secrets)
+    p.response_headers = redact_headers(upstream.headers, facts.secrets)  # capture, inspector
     p.pacing = Pacing(facts.start)
     p.view = StreamView(
         facts.request_id,

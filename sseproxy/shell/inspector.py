@@ -5,6 +5,9 @@ runs, and at its end. Changes are coalesced: at most FLUSHES_PER_SECOND times a 
 changed rows are serialised once, as one batch, and the same bytes go to every viewer, so the
 cost of a busy proxy does not multiply by the number of open pages. The page is one
 self-contained file (no CDN, no build step) that carries the current rows in its first paint.
+
+With keep_content each view also keeps its stream's first bytes as relayed (bounded by
+`Retention`), from which a stream's detail rebuilds its event list and raw view on request.
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
 from ..admin import NO_FRAMING
+from ..event_list import EventList, raw_view
+from ..redact import NO_SECRETS, Secrets
+
+if TYPE_CHECKING:
+    from ..capture import CaptureStore
 
 # Recent streams kept for the page; older ones drop out of the ring.
 RING_SIZE = 200
@@ -43,6 +52,41 @@ FLUSHES_PER_SECOND = 4
 PROGRESS_EVERY = 2
 # Open feeds at once; one more gets 503 (each costs a write per batch).
 MAX_VIEWERS = 32
+# Header values shown per header, at most (a peer sends them).
+HEADER_CHARS = 2048
+# Headers shown per side, at most.
+MAX_HEADERS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of the streams' bytes the inspector keeps for its event list and raw view
+    (`inspector_*` settings). Only with keep_content: the bytes hold the answers."""
+
+    streams: int = 50  # finished streams that keep their bytes; older ones say they are gone
+    stream_bytes: int = 1024 * 1024  # the first bytes of each stream, at most
+    total_bytes: int = 64 * 1024 * 1024  # all streams together, running ones included
+    events: int = 5000  # rows of one stream's event list
+    chars: int = 8192  # characters of one event's data (or one raw chunk) shown
+
+
+@dataclass
+class ByteBudget:
+    """The bytes all views hold together; what does not fit is not kept."""
+
+    limit: int
+    used: int = 0
+
+    @property
+    def room(self) -> int:
+        return self.limit - self.used
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
+# `bytes` inside StreamView is its byte count: the type under another name.
+Bytes = bytes
 
 
 @dataclass
@@ -69,6 +113,45 @@ class StreamView:
     client_waits: list[tuple[float, float]] = field(default_factory=list)
     text: str | None = None
     tap: Any = None  # while streaming: the tap, for live byte counts
+    route: str | None = None
+    # Kept for the detail view (see Retention): the chunks as (monotonic time, bytes).
+    chunks: list[tuple[float, Bytes]] = field(default_factory=list)
+    kept_bytes: int = 0
+    dropped_bytes: int = 0  # bytes beyond a bound, not kept (nor anything after them)
+    budget: ByteBudget | None = None
+    stream_bytes: int = 0  # this view's own bound
+    events_gone: bool = False  # it had bytes; they were let go for newer streams
+    record: dict[str, Any] | None = None
+    request_headers: dict[str, str] | None = None
+    response_headers: dict[str, str] | None = None
+    secrets: Secrets = NO_SECRETS
+
+    def chunk(self, data: Bytes, arrived: float) -> None:
+        """The relay fed the tap this chunk at `arrived` (monotonic): keep it, within bounds.
+        Once one does not fit, nothing later is kept: the kept bytes are the body's start."""
+        budget = self.budget
+        if budget is None:
+            return
+        if self.dropped_bytes:
+            self.dropped_bytes += len(data)
+            return
+        room = min(self.stream_bytes - self.kept_bytes, budget.room)
+        kept = data if len(data) <= room else data[:room]
+        if kept:
+            budget.used += len(kept)
+            self.chunks.append((arrived, kept))
+            self.kept_bytes += len(kept)
+        self.dropped_bytes += len(data) - len(kept)
+
+    def let_go(self) -> None:
+        """Give the kept bytes back (the ring moved on); the detail says they are gone."""
+        if self.budget is not None:
+            self.budget.give(self.kept_bytes)
+            self.budget = None
+        if self.chunks:
+            self.events_gone = True
+        self.chunks = []
+        self.kept_bytes = 0
 
     def row(self) -> dict[str, Any]:
         return {
@@ -91,6 +174,7 @@ class StreamView:
             "interruption": self.interruption,
             "error": self.error,
             "injected": self.injected,
+            "route": self.route,
         }
 
     def client_wait(self, began: float, ended: float) -> None:
@@ -104,11 +188,13 @@ class StreamView:
         elif len(waits) < WAIT_SPANS:
             waits.append((began, ended))
 
-    def detail(self) -> dict[str, Any]:
+    def detail(
+        self, retention: Retention = Retention(), keep_content: bool = False
+    ) -> dict[str, Any]:
         def ms(t: float) -> float:
             return round((t - self.start) * 1000, 3)
 
-        return {
+        out: dict[str, Any] = {
             **self.row(),
             "timeline": [
                 {"t_ms": ms(t), "bytes": size, "content": content}
@@ -116,7 +202,57 @@ class StreamView:
             ],
             "client_waits": [{"from_ms": ms(a), "to_ms": ms(b)} for a, b in self.client_waits],
             "text": self.text,
+            "record": self.record,
+            "request_headers": self.request_headers,
+            "response_headers": self.response_headers,
+            "retained": self.retained(keep_content),
         }
+        if self.chunks and self.tap is None:  # finished: the bytes are all there will be
+            chunks = [(ms(t), data) for t, data in self.chunks]
+            record = self.record or {}
+            cut = bool(self.interruption) or bool(self.dropped_bytes)
+            listing = EventList(retention.events, retention.chars, self.secrets)
+            out.update(
+                listing.build(
+                    chunks,
+                    self.dialect,
+                    record.get("content_type"),
+                    _header(self.response_headers, "content-encoding"),
+                    whole=not cut,
+                )
+            )
+            if _header(self.response_headers, "content-encoding") in (None, "identity"):
+                partial = (self.interruption or {}).get("partial_event_bytes") or 0
+                tail = 0 if self.dropped_bytes else partial  # the tail was not kept
+                out["raw"] = raw_view(
+                    chunks, self.secrets, bool(self.dropped_bytes), retention.chars, tail
+                )
+            out["kept_bytes"] = self.kept_bytes
+            out["dropped_bytes"] = self.dropped_bytes
+        return out
+
+    def retained(self, keep_content: bool) -> str:
+        """Whether the detail has the stream's events: kept, gone (the ring moved on), off
+        (keep_content is off), running, or none (no body arrived)."""
+        if self.events_gone:
+            return "gone"
+        if not keep_content:
+            return "off"
+        if self.tap is not None:
+            return "running"
+        return "kept" if self.chunks else "none"
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    for key, value in (headers or {}).items():
+        if key.lower() == name:
+            return value.strip().lower()
+    return None
+
+
+def shown_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Redacted headers, bounded for the page: MAX_HEADERS, each value HEADER_CHARS."""
+    return {str(k)[:HEADER_CHARS]: v[:HEADER_CHARS] for k, v in list(headers.items())[:MAX_HEADERS]}
 
 
 def batch(views: Iterable[StreamView]) -> bytes:
@@ -131,10 +267,23 @@ class Viewer:
 
 
 class Inspector:
-    def __init__(self, keep_content: bool = False, max_viewers: int = MAX_VIEWERS) -> None:
+    def __init__(
+        self,
+        keep_content: bool = False,
+        max_viewers: int = MAX_VIEWERS,
+        retention: Retention | None = None,
+        captures: CaptureStore | None = None,
+    ) -> None:
         self.keep_content = keep_content
         self.max_viewers = max_viewers
+        self.retention = retention or Retention()
+        self.budget = ByteBudget(self.retention.total_bytes)
+        self.captures = captures
+        # Rebuilding a stream's event list takes up to ~0.2 s for a full 1 MiB of tiny events
+        self._building = asyncio.Semaphore(1)
         self.streams: OrderedDict[str, StreamView] = OrderedDict()
+        # Finished streams still holding their bytes, oldest first (at most retention.streams).
+        self.kept: OrderedDict[str, StreamView] = OrderedDict()
         self.active: dict[str, StreamView] = {}
         self.subscribers: set[Viewer] = set()
         self.changed: dict[str, StreamView] = {}
@@ -145,18 +294,54 @@ class Inspector:
     def started(self, view: StreamView) -> None:
         self.streams[view.request_id] = view
         self.active[view.request_id] = view
-        while len(self.streams) > RING_SIZE:
-            self.streams.popitem(last=False)
+        self._trim_ring()
+        if self.keep_content and self.retention.streams > 0 and hasattr(view.tap, "observer"):
+            view.budget = self.budget
+            view.stream_bytes = self.retention.stream_bytes
+            view.tap.observer = view.chunk
         self.publish(view)
 
-    def finished(self, request_id: str, record: Mapping[str, Any], text: str | None) -> None:
+    def _trim_ring(self) -> None:
+        while len(self.streams) > RING_SIZE:
+            _, old = self.streams.popitem(last=False)
+            self.kept.pop(old.request_id, None)
+            old.let_go()
+
+    def _keep(self, view: StreamView) -> None:
+        """A finished stream keeps its bytes; the oldest beyond `retention.streams` let go."""
+        if view.chunks:
+            self.kept[view.request_id] = view
+        while len(self.kept) > self.retention.streams:
+            _, old = self.kept.popitem(last=False)
+            old.let_go()
+
+    def finished(
+        self,
+        request_id: str,
+        record: Mapping[str, Any],
+        text: str | None,
+        headers: tuple[Mapping[str, str], Mapping[str, str] | None] | None = None,
+        secrets: Secrets = NO_SECRETS,
+    ) -> None:
+        """`headers`: the request's and the response's (None: no response), both redacted as
+        a capture keeps them; `secrets`: the request's, to mask its credentials in the bytes."""
         view = self.active.pop(request_id, None) or self.streams.get(request_id)
         if view is None:  # ended before any response (404, 413, 502, ...)
             view = StreamView(request_id, record["method"], record["path"], time.time(), 0.0)
             self.streams[request_id] = view
-            while len(self.streams) > RING_SIZE:
-                self.streams.popitem(last=False)
+            self._trim_ring()
+        if view.tap is not None and getattr(view.tap, "observer", None) is not None:
+            view.tap.observer = None
         view.tap = None
+        view.record = dict(record)
+        view.route = record.get("route")
+        view.secrets = secrets
+        if headers is not None:
+            request_headers, response_headers = headers
+            view.request_headers = shown_headers(request_headers)
+            if response_headers is not None:
+                view.response_headers = shown_headers(response_headers)
+        self._keep(view)
         for key in (
             "state",
             "dialect",
@@ -282,4 +467,47 @@ class Inspector:
         view = self.streams.get(request.match_info["request_id"])
         if view is None:
             return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
-        return web.Response(body=orjson.dumps(view.detail()), content_type="application/json")
+        async with self._building:  # one at a time, off the loop: forwarding never waits
+            detail = await asyncio.to_thread(view.detail, self.retention, self.keep_content)
+        detail["capture"] = self.capture_of(view.request_id)
+        return web.Response(body=orjson.dumps(detail), content_type="application/json")
+
+    def capture_of(self, request_id: str) -> dict[str, Any] | None:
+        """Where this stream's capture is, if the store saved one: its files' download links
+        (relative to the page) and the command line that replays it."""
+        if self.captures is None:
+            return None
+        files = self.captures.files_of(request_id)
+        if files is None:
+            return None
+        sidecar, _ = files
+        return {
+            "sidecar": f"captures/{request_id}/sidecar",
+            "body": f"captures/{request_id}/body",
+            "file": sidecar.name,
+            "replay": f"sseproxy replay {sidecar}",
+        }
+
+    async def capture_file(self, request: web.Request) -> web.StreamResponse:
+        """One file of a capture, found by the request id in the store (never by a path from
+        the URL: nothing the URL says reaches the file system)."""
+        files = None
+        if self.captures is not None:
+            files = self.captures.files_of(request.match_info["request_id"])
+        kind = request.match_info["kind"]
+        if files is None or kind not in ("sidecar", "body"):
+            return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
+        path: Path = files[0] if kind == "sidecar" else files[1]
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except OSError:  # deleted since (the directory's cap)
+            return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
+        return web.Response(
+            body=data,
+            content_type="application/json" if kind == "sidecar" else "application/octet-stream",
+            headers={
+                "Content-Disposition": f'attachment; filename="{path.name}"',
+                "Cache-Control": "no-store",
+                **NO_FRAMING,
+            },
+        )

@@ -50,7 +50,20 @@ def deliver(
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
     text = facts.secrets.redact_text(text) if text else text
-    safecall(state, "inspector", lambda: inspector.finished(facts.request_id, record, text))
+    safecall(
+        state,
+        "inspector",
+        lambda: inspector.finished(
+            facts.request_id,
+            record,
+            text,
+            headers=(
+                redact_headers(facts.headers, facts.secrets),
+                progress.response_headers if progress.status is not None else None,
+            ),
+            secrets=facts.secrets,
+        ),
+    )
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:

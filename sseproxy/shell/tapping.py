@@ -4,9 +4,25 @@ request asked for, and closing it with the transport's truth."""
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
 
 from ..core import Dialect, EndReason, StreamTap, TapOptions, Verdict
 from ..core.request import RequestFacts
+
+
+class ObservedTap(StreamTap):
+    """A tap that shows each chunk it is fed, with the time it was fed, to an observer (the
+    inspector's view keeps the bytes for its event list and raw view). Both ways the shell
+    relays a body feed the tap every chunk, so no relay needs to know about the view."""
+
+    observer: Callable[[bytes, float], None] | None = None
+
+    def feed(self, chunk: bytes) -> int:
+        observer = self.observer
+        if observer is not None:
+            observer(chunk, time.monotonic())
+        return StreamTap.feed(self, chunk)
 
 
 @functools.lru_cache(maxsize=16)
@@ -24,8 +40,8 @@ def open_tap(
     content_encoding: str | None,
     options: TapOptions,
     request: RequestFacts,
-) -> StreamTap:
-    return StreamTap(
+) -> ObservedTap:
+    return ObservedTap(
         dialect,
         content_type=content_type,
         content_encoding=content_encoding,

@@ -222,10 +222,10 @@ async def test_first_paint_shows_failed_and_interrupted_streams(
             "none"
         )
         speed = await page.evaluate(
-            "[...document.querySelectorAll('#rows tr')].map(tr => tr.children[9].textContent)"
+            "[...document.querySelectorAll('#rows tr')].map(tr => tr.querySelector('.tps').textContent)"
         )
         assert sorted(speed) == ["42.0", "–"]
-        assert await page.evaluate("document.querySelectorAll('thead th')[9].textContent") == (
+        assert await page.evaluate("document.querySelectorAll('thead th')[10].textContent") == (
             "tok/s"
         )
         # the page retries and goes live; its first batch re-renders every row (so the
@@ -234,7 +234,7 @@ async def test_first_paint_shows_failed_and_interrupted_streams(
         inspector.max_viewers = 1
         await page.wait_for("document.getElementById('conn').textContent === 'live'")
         await page.wait_for(
-            "[...document.querySelectorAll('#rows tr')].every(tr => tr.children[9].textContent === '–')"
+            "[...document.querySelectorAll('#rows tr')].every(tr => tr.querySelector('.tps').textContent === '–')"
         )
         for model, reason, name in (
             ("gpt-failing", "server_error", "inspector-failed.png"),
