@@ -39,10 +39,14 @@ _OPTIONS: dict[type, dict[str, Any]] = {}
 def _connect_options(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
     options = _OPTIONS.get(type(loop))
     if options is None:
-        # uvloop's create_connection has no happy-eyeballs argument (it tries in turn).
-        parameters = inspect.signature(loop.create_connection).parameters
+        # uvloop's create_connection has no happy-eyeballs argument (it tries in turn), and
+        # before 0.21 its builtin has no signature to read: then nothing optional is passed.
+        try:
+            names = set(inspect.signature(loop.create_connection).parameters)
+        except (ValueError, TypeError):
+            names = set()
         options = {}
-        if "happy_eyeballs_delay" in parameters:
+        if "happy_eyeballs_delay" in names:
             options["happy_eyeballs_delay"] = HAPPY_EYEBALLS_DELAY
         _OPTIONS[type(loop)] = options
     return options
