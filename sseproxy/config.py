@@ -11,6 +11,7 @@ import difflib
 import functools
 import importlib.util
 import math
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -141,6 +142,7 @@ class Settings:
     content_timeout: float | None = None
     content_stall_action: str = "log"
     connect_timeout: float = 30.0
+    upstream_ca_file: str = ""  # empty: the system's trust store
     max_request_body_bytes: int = 32 * 1024 * 1024
     max_total_request_body_bytes: int = 256 * 1024 * 1024
     request_timeout: float = 60.0
@@ -496,6 +498,8 @@ def _validate(
         parse_rules(settings.inject)
     except InjectionError as exc:
         bad("inject", str(exc))
+    if settings.upstream_ca_file and not os.access(settings.upstream_ca_file, os.R_OK):
+        bad("upstream_ca_file", "is not a readable file")
     for host in settings.allowed_hosts:
         if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
             problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")
