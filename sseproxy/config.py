@@ -498,7 +498,8 @@ def _validate(
         parse_rules(settings.inject)
     except InjectionError as exc:
         bad("inject", str(exc))
-    if settings.upstream_ca_file and not os.access(settings.upstream_ca_file, os.R_OK):
+    ca_file = settings.upstream_ca_file
+    if ca_file and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
         bad("upstream_ca_file", "is not a readable file")
     for host in settings.allowed_hosts:
         if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):

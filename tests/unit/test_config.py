@@ -321,8 +321,11 @@ def test_the_upstream_ca_file_is_off_by_default_and_set_by_every_layer(tmp_path:
     assert load(None, {}, {"upstream_ca_file": str(ca)}).upstream_ca_file == str(ca)
 
 
-def test_an_upstream_ca_file_that_cannot_be_read_is_a_config_error(tmp_path: Path) -> None:
-    missing = tmp_path / "nowhere.pem"
+@pytest.mark.parametrize("name", ["nowhere.pem", "."])
+def test_an_upstream_ca_file_that_cannot_be_read_is_a_config_error(
+    tmp_path: Path, name: str
+) -> None:
+    missing = tmp_path / name  # absent, or a folder
     with pytest.raises(ConfigError) as error:
         load(None, {"SSEPROXY_UPSTREAM_CA_FILE": str(missing)})
     assert error.value.problems == [
