@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
@@ -247,13 +247,25 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but `--help` lets a broken pipe through to `main` (argparse's own
+    printing swallows it once the text outgrows stdout's buffer, and exits 0)."""
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (file or sys.stdout).write(self.format_help())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sseproxy",
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )
     parser.add_argument("--version", action="version", version=f"sseproxy {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
     _serve_parser(sub)
     _replay_parser(sub)
     _mock_parser(sub)
