@@ -16,6 +16,9 @@ from . import __version__
 from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 COMMANDS = ("serve", "replay", "mock", "demo", "report")
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
 OTHER_COMMANDS = (
@@ -245,10 +248,6 @@ def _demo_parser(sub: Any) -> None:
         default=DEMO_LOG_FORMAT,
         help=f"how the records are printed (default: {DEMO_LOG_FORMAT})",
     )
-
-
-if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
 
 
 class Parser(argparse.ArgumentParser):
