@@ -63,6 +63,11 @@ SERVE_FLAGS = (
     Flag("log_level", "lowest level logged", None, ("debug", "info", "warning", "error")),
     Flag("idle_timeout", "seconds without an upstream byte before a stream is cut", "SECONDS"),
     Flag("connect_timeout", "seconds to open the upstream connection (TCP + TLS)", "SECONDS"),
+    Flag(
+        "upstream_ca_file",
+        "trust only the CAs in this PEM file for https upstreams; unset: the system's",
+        "FILE",
+    ),
     Flag("request_timeout", "seconds for a client to send its request body; then 408", "SECONDS"),
     Flag("dialect", "force one API dialect for every request", None, ("auto", *DIALECTS)),
     Flag("max_request_body_bytes", "larger request bodies get 413", "N"),

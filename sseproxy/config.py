@@ -11,6 +11,7 @@ import difflib
 import functools
 import importlib.util
 import math
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -148,6 +149,7 @@ class Settings:
     content_timeout: float | None = None
     content_stall_action: str = "log"
     connect_timeout: float = 30.0
+    upstream_ca_file: str = ""  # empty: the system's trust store
     max_request_body_bytes: int = 32 * 1024 * 1024
     max_total_request_body_bytes: int = 256 * 1024 * 1024
     request_timeout: float = 60.0
@@ -514,6 +516,9 @@ def _validate(
         parse_rules(settings.inject)
     except InjectionError as exc:
         bad("inject", str(exc))
+    ca_file = settings.upstream_ca_file
+    if ca_file and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
+        bad("upstream_ca_file", "is not a readable file")
     for host in settings.allowed_hosts:
         if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
             problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")

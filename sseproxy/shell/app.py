@@ -285,7 +285,12 @@ def create_app(
 async def _upstream_pool(
     app: web.Application, *, environ: Mapping[str, str]
 ) -> AsyncIterator[None]:
-    pool = UpstreamPool(connect_timeout=app[SETTINGS].connect_timeout, environ=environ)
+    settings = app[SETTINGS]
+    pool = UpstreamPool(
+        connect_timeout=settings.connect_timeout,
+        environ=environ,
+        ca_file=settings.upstream_ca_file or None,
+    )
     app[STATE].pool = pool
     yield
     await pool.close()

@@ -18,6 +18,7 @@ from yarl import URL
 
 from sseproxy.core import EndReason
 from sseproxy.shell.upstream import UpstreamEnd, UpstreamFailed, UpstreamPool
+from tests.integration.egress_proxy import ConnectProxy
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -393,54 +394,6 @@ async def test_tls_with_sni_alpn_and_a_trusted_ca(ca: trustme.CA, tmp_path: Path
 
 
 # -- egress proxy ------------------------------------------------------------------------------
-
-
-class ConnectProxy:
-    """A CONNECT-only proxy on 127.0.0.1: records each CONNECT head and tunnels bytes."""
-
-    def __init__(self, refuse: bytes | None = None) -> None:
-        self.heads: list[bytes] = []
-        self.refuse = refuse
-        self.server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> ConnectProxy:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.heads.append(head)
-            if self.refuse is not None:
-                writer.write(self.refuse)
-                return
-            target = head.split(b" ")[1].decode()
-            host, _, port = target.rpartition(":")
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-
-            async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-                dst.close()
-
-            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            pass  # the test's loop is ending
-        finally:
-            writer.close()
 
 
 async def test_https_through_an_egress_proxy_is_a_connect_tunnel_with_its_credentials(

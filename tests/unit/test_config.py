@@ -310,3 +310,24 @@ def test_the_held_bytes_bounds_must_be_positive(key: str) -> None:
     assert getattr(load(None, {}, {key: 1}), key) == 1
     with pytest.raises(ConfigError, match=key):
         load(None, {}, {key: 0})
+
+
+def test_the_upstream_ca_file_is_off_by_default_and_set_by_every_layer(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert load().upstream_ca_file == ""
+    environ = {"SSEPROXY_UPSTREAM_CA_FILE": str(ca)}
+    assert load(None, environ).upstream_ca_file == str(ca)
+    assert load(None, {}, {"upstream_ca_file": str(ca)}).upstream_ca_file == str(ca)
+
+
+@pytest.mark.parametrize("name", ["nowhere.pem", "."])
+def test_an_upstream_ca_file_that_cannot_be_read_is_a_config_error(
+    tmp_path: Path, name: str
+) -> None:
+    missing = tmp_path / name  # absent, or a folder
+    with pytest.raises(ConfigError) as error:
+        load(None, {"SSEPROXY_UPSTREAM_CA_FILE": str(missing)})
+    assert error.value.problems == [
+        f"upstream_ca_file: {str(missing)!r} (SSEPROXY_UPSTREAM_CA_FILE) is not a readable file"
+    ]

@@ -34,7 +34,7 @@ QUARANTINE_S = 0.002
 class UpstreamPool:
     """Requests to upstreams over owned HTTP/1.1 connections, pooled per (scheme, host, port,
     proxy). `environ` supplies HTTPS_PROXY / HTTP_PROXY / NO_PROXY (the app passes its
-    environment); `ca_file` replaces the trust store (tests)."""
+    environment); `ca_file` (PEM) replaces the trust store: a corporate or test CA."""
 
     def __init__(
         self,
