@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import inspect
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -33,6 +35,15 @@ async def cut_background_response(client: Any) -> list[int]:
     return seen
 
 
+# Background responses and `starting_after` are newer than the openai floor the rest of the suite
+# runs on (.ci/floors.txt): on an older SDK this test is skipped, saying so.
+@pytest.mark.skipif(
+    "background"
+    not in inspect.signature(
+        importlib.import_module("openai.resources.responses").AsyncResponses.create
+    ).parameters,
+    reason="this openai has no background responses",
+)
 @pytest.mark.parametrize(
     ("after", "verdict", "missing"), [(3, "continuous", []), (1, "gap", ["2", "3"])]
 )
