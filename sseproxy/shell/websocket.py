@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import time
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import structlog
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
@@ -79,6 +81,21 @@ MAX_NAME_CHARS = 100
 RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+def _exact_text_frames() -> bool:
+    """Whether the running aiohttp hands text frames over as their bytes and sends frames as
+    given (`WebSocketResponse(decode_text=False)`, `send_frame`: aiohttp 3.14). Without them a
+    relay could not keep a message's bytes exact, so sessions are refused instead."""
+    try:
+        parameters = inspect.signature(web.WebSocketResponse.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+    return "decode_text" in parameters and hasattr(web.WebSocketResponse, "send_frame")
+
+
+# Checked once, against the aiohttp this process runs.
+SESSIONS_SUPPORTED = _exact_text_frames()
 
 
 def is_websocket(request: web.Request) -> bool:
@@ -161,6 +178,12 @@ async def session(
     request: web.Request, x: Exchange, state: ProxyState, settings: Settings
 ) -> web.StreamResponse:
     """Relay one WebSocket session; every record is written before this returns."""
+    if not SESSIONS_SUPPORTED:
+        raise Refused(
+            501,
+            "websocket_unsupported",
+            f"WebSocket sessions need aiohttp 3.14 or newer; this proxy runs {aiohttp.__version__}",
+        )
     facts = x.facts
     assert facts.route is not None
     try:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from sseproxy.config import Settings, load, make_route
 from sseproxy.shell.app import create_app
+from sseproxy.shell.websocket import SESSIONS_SUPPORTED
 from tests.integration.ws_upstream import WsUpstream
 
 pytestmark = pytest.mark.e2e
@@ -23,6 +24,9 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("websockets")
 genai = pytest.importorskip("google.genai")
 trustme = pytest.importorskip("trustme")
+pytestmark = pytest.mark.skipif(
+    not SESSIONS_SUPPORTED, reason="WebSocket sessions need aiohttp 3.14"
+)
 
 
 def proxy_settings(target: str) -> Settings:
