@@ -226,7 +226,7 @@ class SessionView:
                 "request_headers": self.request_headers,
                 "response_headers": self.response_headers,
             },
-            "messages": messages,
+            "message_list": messages,
             "messages_omitted": self.omitted,
             "messages_unkept": self.unkept,
             "retained": "gone" if self.gone else ("kept" if keep_content else "off"),

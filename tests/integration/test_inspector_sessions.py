@@ -100,7 +100,7 @@ async def test_a_session_is_one_row_its_turns_under_it_and_its_detail_lists_the_
         (second["request_id"], sid, 2),
     ]
 
-    listed = [(m["direction"], m["kind"], m["type"], m["turn"]) for m in detail["messages"]]
+    listed = [(m["direction"], m["kind"], m["type"], m["turn"]) for m in detail["message_list"]]
     assert listed[:8] == [
         ("client", "text", "response.create", None),
         ("upstream", "text", "response.created", 1),
@@ -111,9 +111,9 @@ async def test_a_session_is_one_row_its_turns_under_it_and_its_detail_lists_the_
         ("upstream", "text", "response.created", 2),
         ("upstream", "close", "1011", None),
     ]
-    times = [m["t_ms"] for m in detail["messages"]]
+    times = [m["t_ms"] for m in detail["message_list"]]
     assert times == sorted(times)
-    delta, audio = detail["messages"][2], detail["messages"][3]
+    delta, audio = detail["message_list"][2], detail["message_list"][3]
     assert json.loads(delta["data"])["delta"] == "Hi" and delta["truncated"] is False
     assert "data" not in audio and audio["audio"] is True  # audio is never kept, only its size
     assert audio["size"] > len(AUDIO)
@@ -149,8 +149,8 @@ async def test_without_keep_content_the_messages_are_listed_without_their_data(
     async with aiohttp.ClientSession() as http:
         detail = await (await http.get(f"{base}/_sseproxy/sessions/{session['session_id']}")).json()
     assert detail["retained"] == "off"
-    assert len(detail["messages"]) >= 8
-    assert not any("data" in m for m in detail["messages"])
+    assert len(detail["message_list"]) >= 8
+    assert not any("data" in m for m in detail["message_list"])
 
 
 async def test_an_inspector_that_raises_never_touches_the_session(

@@ -29,7 +29,7 @@ def test_messages_beyond_the_bound_are_counted_not_listed() -> None:
     assert v.detail(False)["messages_omitted"] == 0
     text(v, b"{}", "one more")
     detail = v.detail(False)
-    assert [m["type"] for m in detail["messages"]] == ["m0", "m1", "m2"]
+    assert [m["type"] for m in detail["message_list"]] == ["m0", "m1", "m2"]
     assert detail["messages_omitted"] == 1
 
 
@@ -37,7 +37,7 @@ def test_a_message_shows_its_first_chars_and_says_when_it_was_cut() -> None:
     v = view(budget=ByteBudget(1 << 20), chars=5)
     text(v, b"abcde")
     text(v, b"abcdef")
-    exact, longer = v.detail(True)["messages"]
+    exact, longer = v.detail(True)["message_list"]
     assert (exact["data"], exact["truncated"]) == ("abcde", False)
     assert (longer["data"], longer["truncated"]) == ("abcde", True)
     assert longer["size"] == 6
@@ -49,7 +49,7 @@ def test_kept_data_counts_against_the_shared_budget_and_is_given_back() -> None:
     text(v, b"0123456789")  # exactly the budget
     text(v, b"x")  # one more byte: listed, its data not kept
     assert budget.used == 10
-    first, second = v.detail(True)["messages"]
+    first, second = v.detail(True)["message_list"]
     assert first["data"] == "0123456789" and "data" not in second
     assert v.detail(True)["messages_unkept"] == 1
     v.let_go()
@@ -63,7 +63,7 @@ def test_audio_is_never_kept_only_its_size() -> None:
     text(v, b'{"realtimeInput":{"audio":{"data":"AAAA"}}}', "realtimeInput")
     text(v, b'{"serverContent":{"modelTurn":{"parts":[{"inlineData":{}}]}}}', "serverContent")
     text(v, b'{"serverContent":{"turnComplete":true}}', "serverContent")
-    messages = v.detail(True)["messages"]
+    messages = v.detail(True)["message_list"]
     assert [m.get("audio", False) for m in messages] == [True, True, True, True, False]
     assert [("data" in m) for m in messages] == [False, False, False, False, True]
 
@@ -71,7 +71,7 @@ def test_audio_is_never_kept_only_its_size() -> None:
 def test_without_keep_content_no_data_is_kept() -> None:
     v = view()
     text(v, b'{"type":"x"}')
-    [message] = v.detail(False)["messages"]
+    [message] = v.detail(False)["message_list"]
     assert "data" not in message and v.detail(False)["retained"] == "off"
 
 
@@ -79,7 +79,7 @@ def test_credentials_in_a_message_are_masked() -> None:
     v = view(budget=ByteBudget(1 << 20))
     v.secrets = Secrets(("ek_secretvalue123",))
     text(v, b'{"key":"ek_secretvalue123"}', direction="client")
-    [message] = v.detail(True)["messages"]
+    [message] = v.detail(True)["message_list"]
     assert "ek_secretvalue123" not in message["data"] and message["direction"] == "client"
 
 
