@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
+from sseproxy.config import ConfigError, load
 from sseproxy.shell.inspector_sessions import SessionView
 from sseproxy.shell.websocket import SESSIONS_SUPPORTED
 from tests.integration import test_websocket
@@ -169,3 +170,48 @@ async def test_an_inspector_that_raises_never_touches_the_session(
     assert session["messages"] == {"client": 2, "upstream": 5}
     assert session["states"] == {"completed": 1, "interrupted": 1}
     assert session["close_code"] == 1011
+
+
+async def echo_session(base: str, *texts: str) -> None:
+    ws = await connect(base)
+    try:
+        for text in texts:
+            await ws.send_str(text)
+            await ws.receive()
+    finally:
+        await ws.close()
+        await ws.http.close()
+
+
+async def test_the_settings_bound_sessions_messages_and_characters(wsup, ws_proxy, logs) -> None:
+    base = await ws_proxy(
+        keep_content=True, inspector_sessions=1, inspector_session_messages=4, inspector_chars=10
+    )
+    await echo_session(base, "a" * 10, "b" * 11, "one more")
+    await echo_session(base, "the second session")
+    first, second = await logs.wait_sessions(2)
+    async with aiohttp.ClientSession() as http:
+        gone = await http.get(f"{base}/_sseproxy/sessions/{first['session_id']}")
+        assert gone.status == 404  # one more session than inspector_sessions: the oldest went
+        detail = await (await http.get(f"{base}/_sseproxy/sessions/{second['session_id']}")).json()
+    assert [m["data"] for m in detail["message_list"][:2]] == ["the second", "the second"]
+    assert detail["message_list"][0]["truncated"] is True
+    base = await ws_proxy(keep_content=True, inspector_session_messages=4, inspector_chars=10)
+    await echo_session(base, "a" * 10, "b" * 11, "one more")
+    [*_, third] = await logs.wait_sessions(3)
+    async with aiohttp.ClientSession() as http:
+        detail = await (await http.get(f"{base}/_sseproxy/sessions/{third['session_id']}")).json()
+    listed = [(m["direction"], m.get("data"), m.get("truncated")) for m in detail["message_list"]]
+    assert listed == [
+        ("client", "a" * 10, False),
+        ("upstream", "a" * 10, False),
+        ("client", "b" * 10, True),
+        ("upstream", "b" * 10, True),
+    ]
+    assert detail["messages_omitted"] >= 2  # "one more" both ways, then the closes
+
+
+@pytest.mark.parametrize("key", ["inspector_sessions", "inspector_session_messages"])
+def test_the_session_bounds_must_be_positive(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        load(None, {}, {key: 0})
