@@ -125,6 +125,8 @@ class SessionView:
         if len(self.entries) >= self.retention.messages:
             self.omitted += 1
             return
+        if kind == Kind.CLOSE and name is not None:
+            size += 2  # a close frame's status code, before its reason
         kept, audio, budget = None, False, self.budget
         if budget is not None and data is not None and kind == Kind.TEXT:
             audio = _audio(name, data)

@@ -141,3 +141,12 @@ def test_the_feed_and_the_first_paint_carry_sessions_before_their_turns() -> Non
     assert [v.request_id for v in inspector.rows()] == ["s1", "t1"]
     assert not inspector.live_sessions
     assert inspector.sessions["s1"].row()["last_state"] == "interrupted"
+
+
+def test_a_close_is_listed_with_its_code_and_its_frames_size() -> None:
+    v = view()
+    v.message(time.monotonic(), "upstream", "close", 3, "1000", None, b"bye")
+    v.message(time.monotonic(), "client", "close", 0, None, None, b"")  # no status at all
+    with_code, without = v.detail(False)["message_list"]
+    assert (with_code["type"], with_code["size"]) == ("1000", 5)
+    assert (without["type"], without["size"]) == (None, 0)
