@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web
@@ -18,7 +17,7 @@ from aiohttp import WSMsgType, web
 from sseproxy.shell.websocket import SESSIONS_SUPPORTED
 from tests.e2e.test_inspector_browser import CHROMIUM, Browser, browser, save
 from tests.integration import test_websocket
-from tests.integration.test_websocket import connect
+from tests.integration.test_websocket import connect, j
 
 pytestmark = [
     pytest.mark.e2e,
@@ -42,10 +41,6 @@ SENT = [
     ("upstream", "response.output_text.delta"),
     ("upstream", "4000"),  # the close frame, its code
 ]
-
-
-def j(obj: Any) -> str:
-    return json.dumps(obj)
 
 
 async def realtime(ws: web.WebSocketResponse, request: web.Request) -> None:
