@@ -19,6 +19,7 @@ from ..admin import admin_refusal
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
 from ..core import Dialect, ErrorInfo, State, Verdict
+from ..inspector_sessions import SessionRetention
 from ..metrics import Metrics
 from ..target import BadTarget, parse_target
 from . import accelerator
@@ -28,7 +29,6 @@ from .budget import HeldBytes
 from .errors import describe
 from .forward import REQUEST_ID_HEADER, break_downstream, forward
 from .inspector import Inspector, Retention
-from .inspector_sessions import SessionRetention
 from .ledger import Ledger, LedgerLimits, Links
 from .record import PROXY_ERROR, proxy_error
 from .relay import analyse_backlog

@@ -28,8 +28,8 @@ from aiohttp import web
 
 from ..admin import NO_FRAMING
 from ..event_list import EventList, raw_view
+from ..inspector_sessions import SessionRetention, SessionView
 from ..redact import NO_SECRETS, Secrets
-from .inspector_sessions import SessionRetention, SessionView
 
 if TYPE_CHECKING:
     from ..capture import CaptureStore

@@ -39,6 +39,7 @@ from ..core.dialects.sessions import (
     parse_message,
     session_spec,
 )
+from ..inspector_sessions import Kind, SessionView
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
@@ -46,7 +47,6 @@ from . import record as records
 from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS, shown_headers
-from .inspector_sessions import Kind, SessionView
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options

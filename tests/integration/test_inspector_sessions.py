@@ -13,7 +13,7 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from sseproxy.config import ConfigError, load
-from sseproxy.shell.inspector_sessions import SessionView
+from sseproxy.inspector_sessions import SessionView
 from sseproxy.shell.websocket import SESSIONS_SUPPORTED
 from tests.integration import test_websocket
 from tests.integration.test_websocket import connect, j

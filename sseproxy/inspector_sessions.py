@@ -12,12 +12,9 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from ..redact import NO_SECRETS, Secrets
-
-if TYPE_CHECKING:
-    from .inspector import ByteBudget
+from .redact import NO_SECRETS, Secrets
 
 
 class Direction(StrEnum):
@@ -70,6 +67,17 @@ class Entry(NamedTuple):
     audio: bool  # an audio message: its data is never kept, only its size
 
 
+class Budget(Protocol):
+    """The bytes all the inspector's views hold together (shell.inspector.ByteBudget)."""
+
+    used: int
+
+    @property
+    def room(self) -> int: ...
+
+    def give(self, size: int) -> None: ...
+
+
 class LiveSession(Protocol):
     """What the row reads from the running session (websocket.Session): its own counters."""
 
@@ -95,7 +103,7 @@ class SessionView:
     secrets: Secrets = NO_SECRETS
     live: LiveSession | None = None
     retention: SessionRetention = SessionRetention()
-    budget: ByteBudget | None = None  # with keep_content: the inspector's, shared by all views
+    budget: Budget | None = None  # with keep_content: the inspector's, shared by all views
     entries: list[Entry] = field(default_factory=list)
     omitted: int = 0  # messages beyond retention.messages, counted only
     unkept: int = 0  # text messages whose data did not fit the byte budget
