@@ -361,6 +361,7 @@ def _mock(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .capture import load_capture
     from .replay import EXIT_USAGE, ReplayOptions, replay
+    from .session_capture import is_session_capture
 
     if args.chunk_size is not None and args.chunk_size < 1:
         print(
@@ -370,6 +371,8 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_USAGE
     capture = None
     try:
+        if args.file.endswith(".json") and is_session_capture(Path(args.file)):
+            return _replay_session(args)
         if args.file.endswith(".json"):
             capture, data = load_capture(Path(args.file))
         else:
@@ -388,6 +391,40 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         content=args.content,
     )
     return replay(data, options, capture=capture)
+
+
+def _replay_session(args: argparse.Namespace) -> int:
+    """A WebSocket session capture: its messages through the session judge."""
+    from .replay import EXIT_USAGE
+    from .session_capture import load_session
+    from .session_replay import replay_session
+
+    unused = [
+        flag
+        for flag, given in (
+            ("--dialect", args.dialect != "auto"),
+            ("--chunk-size", args.chunk_size is not None),
+            ("--random-chunks", args.random_chunks is not None),
+            ("--events", args.events),
+            ("--content", args.content),
+        )
+        if given
+    ]
+    if unused:
+        print(
+            f"sseproxy replay: {', '.join(unused)} do not apply to a WebSocket session capture",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        file = load_session(Path(args.file))
+    except OSError as exc:
+        print(f"sseproxy replay: cannot read {args.file!r}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, KeyError) as exc:
+        print(f"sseproxy replay: {args.file!r}: not a session capture ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    return replay_session(file)
 
 
 def _serve(args: argparse.Namespace) -> int:
