@@ -330,26 +330,25 @@ def _mock(args: argparse.Namespace) -> int:
 
     from .config import split_listen
     from .core.inject import InjectionError, parse_rules
-    from .mock import MockServer, load_recordings, samples_dir
+    from .mock import MockServer, load_recordings, load_sessions, samples_dir
 
     try:
         rules = parse_rules(args.inject)
-        recordings = load_recordings(
-            [Path(p) for p in args.paths] or [samples_dir()],
-            Dialect(args.dialect) if args.dialect else None,
-        )
-        server = MockServer(
-            recordings, 0.0 if args.no_delay else args.speed, args.allow_inject, rules
-        )
+        paths = [Path(p) for p in args.paths] or [samples_dir()]
+        recordings = load_recordings(paths, Dialect(args.dialect) if args.dialect else None)
+        sessions = load_sessions(paths)
+        speed = 0.0 if args.no_delay else args.speed
+        server = MockServer(recordings, speed, args.allow_inject, rules, sessions=sessions)
         host, port = split_listen(args.listen)
     except (InjectionError, OSError, ValueError, KeyError) as exc:
         print(f"sseproxy mock: {exc}", file=sys.stderr)
         return 2
-    names = ", ".join(r.name for r in recordings)
+    names = ", ".join([r.name for r in recordings] + [s.name for s in sessions])
+    served = f"{len(recordings)} streams" + (f" and {len(sessions)} sessions" if sessions else "")
 
     def started(_: str) -> None:  # aiohttp calls this once the socket listens
         print(
-            f"sseproxy mock: serving {len(recordings)} streams on http://{host}:{port} ({names})",
+            f"sseproxy mock: serving {served} on http://{host}:{port} ({names})",
             file=sys.stderr,
             flush=True,
         )

@@ -166,7 +166,7 @@ class SessionCapture:
         index, self.seen = self.seen, self.seen + 1
         if self.truncated_at is not None:
             return
-        kept: bytes | None = data
+        kept: bytes | None = None if kind is Kind.CLOSE else data  # a close: code and reason
         audio: tuple[int, ...] = ()
         if kind in DATA_KINDS:
             if direction is Direction.CLIENT and not self.settings.request_bodies:
