@@ -333,3 +333,46 @@ async def test_keys_appear_in_no_capture_file(wsup, capturing, logs, tmp_path: P
     stars = " ".join("*" * len(s) for s in (key, bearer, goog))
     assert json.loads(file.lines[0]["data"])["note"] == stars  # masked with as many bytes
     assert len(file.lines[0]["data"]) == file.lines[0]["size"]
+
+
+async def test_a_responses_session_replays_from_its_client_messages_names(
+    wsup, capturing, logs, tmp_path: Path
+) -> None:
+    """The Responses judge opens a turn per client `response.create`: without request bodies
+    the capture keeps that name, and the replay finds the same turns."""
+    up, _ = wsup
+    error = {"type": "error", "status": 429, "error": {"code": "rate_limit_exceeded"}}
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.receive()
+        await ws.send_str(j(error))
+        await ws.receive()
+
+    up.script = script
+    base, app = await capturing()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(base + "/v1/responses") as ws,
+    ):
+        await ws.send_str(j({"type": "response.create", "input": "a prompt"}))
+        await ws.receive()
+    path = await saved(app, logs, tmp_path)
+    assert "a prompt" not in path.with_name(path.stem + MESSAGES_SUFFIX).read_text()
+    result = await asyncio.to_thread(replay, path)
+    assert result.returncode == 0, result.stderr
+    [turn, summary] = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (turn["state"], turn["status"]) == ("http_error", 429)
+    assert summary["session"]["recorded_states"] == ["http_error"]
+
+
+async def test_replay_refuses_options_that_do_not_apply_to_sessions(
+    wsup, capturing, logs, tmp_path: Path
+) -> None:
+    up, _ = wsup
+    up.script = realtime_two_turns
+    base, app = await capturing()
+    await drive_realtime(base)
+    path = await saved(app, logs, tmp_path)
+    result = await asyncio.to_thread(replay, path, "--chunk-size", "1")
+    assert result.returncode == 2
+    assert "--chunk-size" in result.stderr and result.stdout == ""

@@ -188,3 +188,30 @@ async def test_session_captures_load_as_sessions_never_as_streams(
     async with aiohttp.ClientSession() as http:
         resp = await http.post(base + "/v1/chat/completions", json={"stream": True})
         assert b"[DONE]" in await resp.read()
+
+
+async def test_an_unknown_session_name_is_a_404_listing_the_sessions(
+    wsup,  # noqa: F811
+    capturing,  # noqa: F811
+    logs,
+    tmp_path: Path,
+    aiohttp_server,
+) -> None:
+    path = await recorded(wsup, capturing, logs, tmp_path, realtime_two_turns, drive_realtime)
+    base = await serve(aiohttp_server, tmp_path)
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
+            await http.ws_connect(base + REALTIME, headers={MOCK_HEADER: "nope"})
+        assert exc.value.status == 404
+        resp = await http.get(
+            base + REALTIME,
+            headers={
+                MOCK_HEADER: "nope",
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            },
+        )
+        body = await resp.json()
+    assert body["error"]["sessions"] == ["openai-realtime/" + path.stem]
