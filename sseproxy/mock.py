@@ -10,6 +10,7 @@ import itertools
 import socket
 import struct
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -168,10 +169,7 @@ def load_sessions(paths: Iterable[Path]) -> list[SessionRecording]:
         for file, _ in _files(path)
         if file.suffix == ".json" and is_session_capture(file)
     ]
-    names: dict[str, int] = {}
-    for s in sessions:
-        names[s.name] = names.get(s.name, 0) + 1
-    twice = sorted(name for name, n in names.items() if n > 1)
+    twice = sorted(name for name, n in Counter(s.name for s in sessions).items() if n > 1)
     if twice:
         raise ValueError(f"two session captures are named {twice[0]!r}; rename one")
     return sessions
@@ -255,7 +253,7 @@ class MockServer:
                 return _json(
                     404, {"error": {"type": "sseproxy_mock_unknown_session", "sessions": names}}
                 )
-            return await play_session(request, session, self.speed)
+            return await play_session(request, session, self.speed, self.say)
         asked = parse_body(await request.read())
         recording = self.choose(request)
         if recording is None:

@@ -8,6 +8,7 @@ when the client closed first."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,15 +115,26 @@ def is_messages_file(path: Path) -> bool:
 
 
 async def play_session(
-    request: web.Request, recording: SessionRecording, speed: float
+    request: web.Request, recording: SessionRecording, speed: float, say: Callable[[str], None]
 ) -> web.WebSocketResponse:
-    """Answer the upgrade and play the recording's upstream side."""
+    """Answer the upgrade and play the recording's upstream side. A client that leaves
+    mid-message is one line (`say`), as for streams."""
     ws = web.WebSocketResponse(
         protocols=(recording.subprotocol,) if recording.subprotocol else (),
         autoclose=False,  # a client's close is answered with its own code, as servers do
         timeout=CLOSE_TIMEOUT,
     )
     await ws.prepare(request)
+    try:
+        await _play(request, ws, recording, speed)
+    except ConnectionError as exc:
+        say(f"sseproxy mock: the client left session {recording.name} ({type(exc).__name__})")
+    return ws
+
+
+async def _play(
+    request: web.Request, ws: web.WebSocketResponse, recording: SessionRecording, speed: float
+) -> None:
     last = 0.0
     for step in recording.steps:
         if isinstance(step, AwaitClient):
@@ -131,7 +143,7 @@ async def play_session(
                 msg = await ws.receive()
             if msg.type in _DONE:
                 await _answer(ws, msg)
-                return ws  # the client left before the recording's end
+                return  # the client left before the recording's end
         elif speed:
             await asyncio.sleep(max(0.0, (step.at_ms - last) / 1000 / speed))
         last = step.at_ms
@@ -149,7 +161,6 @@ async def play_session(
         await ws.send_frame(b"", WSMsgType.CLOSE)
     elif request.transport is not None:
         request.transport.abort()  # no close frame came: none comes now
-    return ws
 
 
 async def _answer(ws: web.WebSocketResponse, msg: WSMessage) -> None:

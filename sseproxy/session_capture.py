@@ -23,6 +23,7 @@ import orjson
 
 from .capture import FORMAT_VERSION, TRUNCATED_REASON, CaptureSettings
 from .core.dialects.base import dig
+from .core.dialects.sessions import audio_bytes
 from .log import json_safe
 from .redact import Secrets
 
@@ -104,11 +105,6 @@ def _audio_slots(obj: Any) -> list[tuple[dict[str, Any], str]]:
     return slots
 
 
-def b64_size(text: str) -> int:
-    """Decoded size of base64 text, computed without decoding it (as the judge counts)."""
-    return max(0, len(text) * 3 // 4 - text[-2:].count("=")) if text else 0
-
-
 def without_audio(data: bytes) -> tuple[bytes, tuple[int, ...]]:
     """`data` with its base64 audio replaced by "", and the decoded size of each one
     removed; `data` itself when it holds none."""
@@ -123,7 +119,7 @@ def without_audio(data: bytes) -> tuple[bytes, tuple[int, ...]]:
         return data, ()
     sizes = []
     for holder, key in slots:
-        sizes.append(b64_size(holder[key]))
+        sizes.append(audio_bytes(holder[key]))
         holder[key] = ""
     return orjson.dumps(obj), tuple(sizes)
 

@@ -59,3 +59,42 @@ def test_a_line_is_text_when_utf8_else_base64_and_masked_either_way() -> None:
     close = Line(3.0, Direction.CLIENT, Kind.CLOSE, 0, None, code=4000, reason=f"no {key}")
     got = json.loads(line_json(close, secrets))
     assert (got["code"], got["reason"], "data" in got) == (4000, "no " + "*" * len(key), False)
+
+
+def test_turn_records_past_the_bound_are_counted_not_kept(monkeypatch) -> None:
+    from pathlib import Path
+
+    from sseproxy import session_capture
+    from sseproxy.capture import CaptureSettings
+    from sseproxy.session_capture import SessionCapture
+
+    monkeypatch.setattr(session_capture, "MAX_TURN_RECORDS", 2)
+    cap = SessionCapture(CaptureSettings(Path(".")), "s", 0.0)
+    for n in range(3):
+        cap.turn({"turn": n + 1})
+    assert (cap.turns, cap.turns_dropped) == ([{"turn": 1}, {"turn": 2}], 1)
+
+
+def test_a_replay_without_every_turn_record_compares_the_session_counts() -> None:
+    import io
+
+    from sseproxy.session_capture import SessionFile
+    from sseproxy.session_replay import replay_session
+
+    created = {"type": "response.created", "response": {"id": "r"}}
+    done = {"type": "response.done", "response": {"id": "r", "status": "completed"}}
+    lines = [
+        {"t_ms": 0, "dir": "upstream", "kind": "text", "size": 9, "data": json.dumps(m)}
+        for m in (created, done)
+    ]
+    sidecar = {
+        "dialect": "openai-realtime",
+        "end": "client_disconnected",
+        "turn_records": [],
+        "turn_records_dropped": 1,
+        "session": {"states": {"completed": 1}, "closed_by": "client"},
+    }
+    out = io.StringIO()
+    assert replay_session(SessionFile(sidecar, lines), out, io.StringIO()) == 0
+    sidecar["session"] = {"states": {"failed": 1}}
+    assert replay_session(SessionFile(sidecar, lines), io.StringIO(), io.StringIO()) == 1
