@@ -41,7 +41,9 @@ from ..core.dialects.sessions import (
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
+from ..session_capture import SessionCapture
 from . import record as records
+from . import ws_capture
 from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS
@@ -49,6 +51,7 @@ from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, forwardable, upstream_url
+from .ws_capture import Direction, Kind
 from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, request_event
 
 if TYPE_CHECKING:
@@ -154,6 +157,7 @@ class Session:
     blind: bool = False  # the judge raised: messages are still relayed, no longer judged
     drill: SessionDrill | None = None  # the drill rules that apply to this session
     last_message_delivered: str | None = None  # the last upstream message the client took
+    capture: SessionCapture | None = None  # with --capture: every message, for replay and mock
 
     def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
         """Note who closed first and how; False when someone already had."""
@@ -250,6 +254,7 @@ async def session(
     x.progress.upgraded = True
     try:
         await ws.prepare(request)
+        s.capture = ws_capture.start(state, facts.request_id, time.monotonic())
         both = (
             _from_client(ws, upstream, s, state, x),
             _from_upstream(request, ws, upstream, s, state, x),
@@ -327,7 +332,9 @@ async def _from_client(
         if kind in (WSMsgType.TEXT, WSMsgType.BINARY):
             data = msg.data if isinstance(msg.data, bytes) else bytes(msg.data)
             _count(s, "client", len(data))
-            _judged(state, x, s, "client", data, now)
+            name = _judged(state, x, s, "client", data, now)
+            side = Kind.TEXT if kind is WSMsgType.TEXT else Kind.BINARY
+            ws_capture.note(state, s.capture, Direction.CLIENT, side, data, now, name)
             if kind is WSMsgType.TEXT:
                 try:
                     text = data.decode("utf-8")
@@ -342,14 +349,17 @@ async def _from_client(
         elif kind is WSMsgType.PING:
             payload = bytes(msg.data)
             s.ping("c", payload, now)
+            ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PING, payload, now)
             await up.send(Ping(payload=payload))
         elif kind is WSMsgType.PONG:
             payload = bytes(msg.data)
             s.pong("c", payload, now)
+            ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PONG, payload, now)
             await up.send(Pong(payload=payload))
         elif kind is WSMsgType.CLOSE:
             code = msg.data or None
             reason = msg.extra or ""
+            ws_capture.close(state, s.capture, Direction.CLIENT, code, reason, now)
             if s.closed("client", code, reason, True, EndReason.CLIENT_DISCONNECTED):
                 await up.send(CloseConnection(code or 1005, reason if code else None))
             return
@@ -391,6 +401,8 @@ async def _from_upstream(
                     await _drill_end(request, ws, up, s, step)
                     return
                 name = _judged(state, x, s, "upstream", step.data, now)
+                side = Kind.TEXT if step.text else Kind.BINARY
+                ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
                 if s.closed_by is None:
                     await ws.send_frame(
                         step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
@@ -399,11 +411,14 @@ async def _from_upstream(
                     s.last_message_delivered = name
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
+            ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PING, item.payload, now)
             await ws.ping(item.payload)
         elif isinstance(item, Control) and item.kind == "pong":
             s.pong("u", item.payload, now)
+            ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PONG, item.payload, now)
             await ws.pong(item.payload)
         elif isinstance(item, Control):  # the close frame
+            ws_capture.close(state, s.capture, Direction.UPSTREAM, item.code, item.reason, now)
             if s.closed_by is None:
                 s.closed("upstream", item.code, item.reason, True, EndReason.UPSTREAM_CLOSED)
                 await up.send(CloseConnection(item.code or 1005, item.reason or None).response())
@@ -519,6 +534,7 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
     except Exception as exc:
         record, rendered = records.fallback(facts, progress, exc), None
     deliver(state, facts, progress, verdict, record, rendered)
+    ws_capture.turn(state, s.capture, record)
 
 
 def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
@@ -580,3 +596,4 @@ def _session_record(
     if span is not None:
         safecall(state, "tracing", lambda: _end_session_span(span, record))
     safecall(state, "metrics", lambda: state.metrics.session_finished(record))
+    ws_capture.save(state, x, s.capture, str(s.end), handshake.headers, record)
