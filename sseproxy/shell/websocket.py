@@ -225,7 +225,8 @@ async def session(
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
     # text is counted, and kept only for the inspector's content view when asked for
-    s = Session(spec, spec.judge(CONTENT_CHARS if settings.keep_content else 0), facts.start)
+    judge = spec.judge(CONTENT_CHARS if settings.keep_content else 0, request.raw_path)
+    s = Session(spec, judge, facts.start)
     drill = SessionDrill(facts.inject_rules, spec.dialect)
     s.drill = drill if drill.active else None
     route = facts.route.name if facts.route else None
@@ -326,7 +327,7 @@ async def _from_client(
         if kind in (WSMsgType.TEXT, WSMsgType.BINARY):
             data = msg.data if isinstance(msg.data, bytes) else bytes(msg.data)
             _count(s, "client", len(data))
-            _judged(state, x, s, "client", data, now)
+            _judged(state, x, s, "client", data, now, kind is WSMsgType.TEXT)
             await up.send(Message(kind is WSMsgType.TEXT, data))  # text: its bytes, as they came
         elif kind is WSMsgType.PING:
             payload = bytes(msg.data)
@@ -379,7 +380,7 @@ async def _from_upstream(
                 if isinstance(step, End):
                     await _drill_end(request, ws, up, s, step)
                     return
-                name = _judged(state, x, s, "upstream", step.data, now)
+                name = _judged(state, x, s, "upstream", step.data, now, step.text)
                 if s.closed_by is None:
                     await ws.send_frame(
                         step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
@@ -456,7 +457,7 @@ def _count(s: Session, direction: str, size: int) -> None:
 
 
 def _judged(
-    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float
+    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float, text: bool
 ) -> str | None:
     """Feed the judge; a bug there costs the session its judging, never a message. Returns
     the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
@@ -465,6 +466,8 @@ def _judged(
     try:
         obj = parse_message(data)
         step = s.judge.client(obj) if side == "client" else s.judge.upstream(obj, data)
+        if text:
+            s.judge.text(data)
     except Exception:
         s.blind = True
         s.judge.anomalies["core_error"] += 1
@@ -516,6 +519,7 @@ def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[
         "transport": "websocket",
         "session_id": session_id,
         "turn": result.number,
+        "model": result.model,
         "dialect": str(spec.dialect),
         "audio_bytes": result.audio_bytes,
         "audio_ms": result.audio_ms,
