@@ -212,7 +212,7 @@ async def session(
             state.pool, url, protocol, wire, settings.connect_timeout
         )
     except (UpstreamFailed, OSError, TimeoutError, ConnectionError) as exc:
-        why = exc.cause if isinstance(exc, UpstreamFailed) else type(exc).__name__
+        why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__
         raise Refused(
             502,
             "upstream_unreachable",

@@ -6,7 +6,7 @@ websockets because the relay is exact per message: a text frame's payload is han
 bytes, never checked as UTF-8 (invalid UTF-8 is the peers' business); `max_size` bounds a whole
 message across its frames, and after inflating (its permessage-deflate decoder stops at the
 limit). A non-101 answer keeps its status, headers and body (up to websockets' 1 MiB body bound;
-a longer body fails the handshake: the client gets the proxy's 502). Two things the proxy does
+a longer body is dropped, its status and headers kept). Two things the proxy does
 itself: it writes the request head (header values keep the bytes aiohttp read, which need not
 be UTF-8), and it drops the pong websockets makes for each ping, because pings and pongs travel
 end to end.
@@ -29,6 +29,7 @@ from websockets.uri import parse_uri
 from yarl import URL
 
 from .upstream import UpstreamPool
+from .upstream.parser import ResponseParser
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
@@ -36,6 +37,9 @@ from .upstream import UpstreamPool
 MAX_QUEUED_BYTES = 1024 * 1024
 # The first byte of a pong frame (FIN, opcode 0xA): how websockets' own pong is told apart.
 _PONG = 0x8A
+# Bytes of the answer to the upgrade kept while it is read: a refusal whose body websockets
+# cannot read (over its 1 MiB bound) still reaches the client with its status and headers.
+MAX_HEAD_KEPT = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -87,6 +91,7 @@ class UpstreamSocket(asyncio.Protocol):
         self.too_big = False
         self._text = False  # the kind of the message whose frames are arriving
         self._parts: list[bytes] = []
+        self._head = bytearray()  # the answer's first bytes, until the handshake is done
 
     # -- transport callbacks ----------------------------------------------------------------
 
@@ -95,6 +100,8 @@ class UpstreamSocket(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if not self.handshake.done() and len(self._head) < MAX_HEAD_KEPT:
+            self._head += data[: MAX_HEAD_KEPT - len(self._head)]
         self.ws.receive_data(data)
         self._received()
         if self.queued > MAX_QUEUED_BYTES and not self.paused and self.transport is not None:
@@ -128,9 +135,7 @@ class UpstreamSocket(asyncio.Protocol):
         # its own pong (the client's travels instead).
         self._write([w for w in ws.data_to_send() if w[:1] != bytes((_PONG,))])
         if ws.handshake_exc is not None and not self.handshake.done():
-            why = ws.handshake_exc.__cause__ or ws.handshake_exc
-            self.handshake.set_exception(ConnectionError(f"invalid upgrade answer: {why}"[:300]))
-            self._lost(None)
+            self._unread(ws.handshake_exc)
         if ws.parser_exc is not None and not self.ended:
             # the upstream broke the protocol or sent too much: it heard why (websockets'
             # close frame, 1009 for a message over the limit); the relay sees the end
@@ -152,6 +157,20 @@ class UpstreamSocket(asyncio.Protocol):
             self._answer(Handshake(101, headers, self.ws.subprotocol, names))
         else:
             self._answer(Handshake(response.status_code, headers, body=response.body or b""))
+
+    def _unread(self, exc: Exception) -> None:
+        """websockets could not read the answer. A refusal whose head is sound (its body over
+        the bound, or framed as websockets does not read) keeps its status and headers, without
+        its body; anything else is no upgrade."""
+        parser = ResponseParser(no_body=True)
+        parser.feed(bytes(self._head))
+        head = parser.head
+        if head is not None and head.status != 101:
+            self._answer(Handshake(head.status, list(head.raw_headers)))
+        else:
+            why = exc.__cause__ or exc
+            self.handshake.set_exception(ConnectionError(f"invalid upgrade answer: {why}"[:300]))
+        self._lost(None)
 
     def _frame(self, opcode: Opcode, data: bytes, fin: bool) -> None:
         if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
@@ -175,6 +194,7 @@ class UpstreamSocket(asyncio.Protocol):
             self._push(Message(self._text, message), len(message))
 
     def _answer(self, handshake: Handshake) -> None:
+        self._head = bytearray()
         if not self.handshake.done():
             self.handshake.set_result(handshake)
 
@@ -248,9 +268,10 @@ def upgrade(
     """The client protocol for `url`, and the upgrade request's bytes: websockets' handshake
     headers (key, version, subprotocols, permessage-deflate when the client offered it), then
     the forwarded ones as they came."""
+    scheme = "wss" if url.scheme in ("https", "wss") else "ws"
     ws = ClientProtocol(
         # only the host and port matter here: the target is written as the client sent it
-        parse_uri(str(url.with_scheme("wss" if url.scheme in ("https", "wss") else "ws"))),
+        parse_uri(str(url.origin().with_scheme(scheme))),
         subprotocols=[Subprotocol(p) for p in subprotocols] or None,
         extensions=[ClientPerMessageDeflateFactory()] if deflate else None,
         max_size=max_message,
@@ -265,8 +286,9 @@ def upgrade(
 async def connect(
     pool: UpstreamPool, url: URL, ws: ClientProtocol, request: bytes, timeout: float
 ) -> tuple[UpstreamSocket, Handshake]:
-    """Connect (the pool's way: egress proxy, TLS), send the upgrade, and wait for the answer
-    (101 or not), all within `timeout`. Raises UpstreamFailed when no connection opened."""
+    """Connect (the pool's way: egress proxy, TLS, within its connect timeout), send the
+    upgrade, and wait for the answer (101 or not) within `timeout`. Raises UpstreamFailed when
+    no connection opened, ConnectionError for an answer that is no upgrade nor a refusal."""
     sock = await pool.open_socket(lambda: UpstreamSocket(ws), url)
     try:
         async with asyncio.timeout(timeout):

@@ -357,3 +357,36 @@ async def test_a_wss_session_tunnels_then_speaks_tls_to_the_origin(
         await runner.cleanup()
     [session] = await logs.wait_sessions()
     assert session["upstream"] == origin
+
+
+# -- a refusal's body ------------------------------------------------------------------------
+
+REFUSAL_BODY = 1024 * 1024  # websockets' bound on the body of a non-101 answer
+
+
+async def test_a_refusal_keeps_a_body_of_1_mib_and_one_byte_more_loses_only_its_body(
+    wsup, proxy, logs
+) -> None:
+    up, url = wsup
+    base = await proxy(url)
+    upgrade = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
+    answers = []
+    async with aiohttp.ClientSession() as http:
+        for size in (REFUSAL_BODY, REFUSAL_BODY + 1):
+            up.reject = lambda size=size: web.Response(
+                status=403, body=b"n" * size, headers={"x-why": "quota"}
+            )
+            async with http.get(base + "/v1/realtime", headers=upgrade) as r:
+                answers.append((r.status, r.headers.get("x-why"), len(await r.read())))
+    # the status and headers always; the body when websockets could read it
+    assert answers == [(403, "quota", REFUSAL_BODY), (403, "quota", 0)]
+    records = await logs.wait(2)
+    assert [(r["status"], r["state"], r["bytes"]) for r in records] == [
+        (403, "http_error", REFUSAL_BODY),
+        (403, "http_error", 0),
+    ]
