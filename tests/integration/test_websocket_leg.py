@@ -390,3 +390,21 @@ async def test_a_refusal_keeps_a_body_of_1_mib_and_one_byte_more_loses_only_its_
         (403, "http_error", REFUSAL_BODY),
         (403, "http_error", 0),
     ]
+
+
+async def test_an_upstream_close_reason_that_is_not_utf8_is_a_vanished_upstream(
+    framing, proxy, logs
+) -> None:
+    upstream = await framing(frame(0x8, struct.pack("!H", 1000) + b"\xff"))
+    ws = await connect(await proxy(upstream.url))
+    try:
+        got = await ws.receive()
+    finally:
+        await done(ws)
+    assert got.type in (WSMsgType.CLOSED, WSMsgType.ERROR)  # aborted: no close frame of ours
+    [session] = await logs.wait_sessions()
+    assert (session["closed_by"], session["close_frame"], session["close_code"]) == (
+        "upstream",
+        False,
+        None,
+    )

@@ -47,8 +47,6 @@ MAX_OPEN_TURNS = 16
 PCM16_24K_BYTES_PER_MS = 48.0
 G711_BYTES_PER_MS = 8.0
 _RATE = re.compile(r"rate=(\d{3,6})")
-# A text message that is not UTF-8: relayed as it came (the peers' business), counted.
-INVALID_UTF8 = "invalid_utf8"
 # Characters of a model name kept (a peer's string).
 MAX_MODEL_CHARS = 200
 
@@ -141,9 +139,9 @@ class TurnJudge:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
-            self.anomalies[INVALID_UTF8] += 1
+            self.anomalies["invalid_utf8"] += 1
             if self.open:
-                next(reversed(self.open.values())).assembler.anomalies[INVALID_UTF8] += 1
+                next(reversed(self.open.values())).assembler.anomalies["invalid_utf8"] += 1
 
     def close(self, end: EndReason, code: int | None = None, reason: str = "") -> list[TurnResult]:
         """The connection ended for `end`: every open turn ends with it."""
