@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -408,3 +409,29 @@ async def test_an_upstream_close_reason_that_is_not_utf8_is_a_vanished_upstream(
         False,
         None,
     )
+
+
+async def test_the_upstreams_ping_is_answered_only_by_the_clients_pong(wsup, proxy, logs) -> None:
+    up, url = wsup
+    heard: list[Any] = []
+
+    async def script(ws: web.WebSocketResponse, request: web.Request) -> None:
+        await ws.ping(b"u1")
+        with contextlib.suppress(TimeoutError):  # websockets' own pong would come at once
+            heard.append(await ws.receive(timeout=0.3))
+        await ws.send_str("go")
+        msg = await ws.receive()
+        heard.append((msg.type, msg.data))
+        await ws.close()
+
+    up.script = script
+    ws = await connect(await proxy(url))
+    try:
+        ping = await ws.receive()
+        assert (ping.type, ping.data) == (WSMsgType.PING, b"u1")
+        assert (await ws.receive()).data == b"go"  # the upstream waited and heard nothing
+        await ws.pong(b"u1")
+        await ws.receive()
+    finally:
+        await done(ws)
+    assert heard == [(WSMsgType.PONG, b"u1")]
