@@ -211,7 +211,7 @@ async def session(
         upstream, handshake = await connect(
             state.pool, url, protocol, wire, settings.connect_timeout
         )
-    except (UpstreamFailed, OSError, TimeoutError, ConnectionError) as exc:
+    except (UpstreamFailed, OSError) as exc:  # OSError: ConnectionError, TimeoutError
         why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__
         raise Refused(
             502,

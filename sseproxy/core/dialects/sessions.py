@@ -464,16 +464,16 @@ class GeminiLiveJudge(TurnJudge):
     dialect = SessionDialect.GEMINI_LIVE
     KEY: ClassVar[str] = "turn"
 
+    def __init__(self, content_chars: int | None = None, path: str = "") -> None:
+        super().__init__(content_chars, path)
+        self.generation_complete = False
+        self.interrupted = False
+
     def client(self, obj: Any) -> Step:
         model = _model(dig(obj, "setup", "model"))
         if model is not None:
             self.model = model.rpartition("models/")[2] or model
         return Step()
-
-    def __init__(self, content_chars: int | None = None, path: str = "") -> None:
-        super().__init__(content_chars, path)
-        self.generation_complete = False
-        self.interrupted = False
 
     def upstream(self, obj: Any, raw: bytes) -> Step:
         step = Step()
