@@ -15,6 +15,7 @@ end to end.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,10 @@ _PONG = 0x8A
 # Bytes of the answer to the upgrade kept while it is read: a refusal whose body websockets
 # cannot read (over its 1 MiB bound) still reaches the client with its status and headers.
 MAX_HEAD_KEPT = 64 * 1024
+# websockets' logger for this leg, never at debug level whatever the root's: there websockets
+# writes every frame and header it reads (message content, keys) to the log.
+_LOG = logging.getLogger("sseproxy.ws_upstream")
+_LOG.setLevel(logging.INFO)
 
 
 @dataclass(slots=True)
@@ -275,6 +280,7 @@ def upgrade(
         subprotocols=[Subprotocol(p) for p in subprotocols] or None,
         extensions=[ClientPerMessageDeflateFactory()] if deflate else None,
         max_size=max_message,
+        logger=_LOG,
     )
     request: Request = ws.connect()
     head = [f"GET {url.raw_path_qs} HTTP/1.1".encode()]

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import logging
 import socket
 import ssl
 import struct
@@ -435,3 +436,20 @@ async def test_the_upstreams_ping_is_answered_only_by_the_clients_pong(wsup, pro
     finally:
         await done(ws)
     assert heard == [(WSMsgType.PONG, b"u1")]
+
+
+async def test_no_frame_or_header_reaches_the_log_even_at_debug_level(
+    wsup, proxy, logs, caplog
+) -> None:
+    up, url = wsup
+    secret = "sk-never-logged-0123456789"
+    up.headers = {"x-upstream-secret": secret}
+    caplog.set_level(logging.DEBUG)  # the root logger, as an embedding app might set it
+    ws = await connect(await proxy(url))
+    try:
+        await ws.send_frame(secret.encode(), WSMsgType.TEXT)
+        assert (await ws.receive()).data == secret.encode()
+    finally:
+        await done(ws)
+    await logs.wait_sessions()
+    assert secret not in caplog.text
