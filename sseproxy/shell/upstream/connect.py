@@ -7,15 +7,16 @@ import asyncio
 import inspect
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ...core import EndReason
-from .connection import UpstreamConnection
 from .egress import EgressProxy
 from .facts import UpstreamFailed, bounded
 from .parser import Head, ResponseParser
 
 HAPPY_EYEBALLS_DELAY = 0.25
+# The protocol a connection is opened for: the pool's HTTP/1.1 one, or a WebSocket session's.
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
@@ -80,14 +81,14 @@ class _Tunnel(asyncio.Protocol):
 
 
 async def open_connection(
-    factory: Callable[[], UpstreamConnection],
+    factory: Callable[[], P],
     *,
     tls: ssl.SSLContext | None,
     host: str,
     port: int,
     proxy: EgressProxy | None,
     timeout: float,
-) -> UpstreamConnection:
+) -> P:
     """A connected protocol for (host, port), within `timeout` seconds all told."""
     loop = asyncio.get_running_loop()
     options = _connect_options(loop)
@@ -118,13 +119,13 @@ async def open_connection(
 
 async def _through(
     loop: asyncio.AbstractEventLoop,
-    factory: Callable[[], UpstreamConnection],
+    factory: Callable[[], P],
     tls: ssl.SSLContext | None,
     host: str,
     port: int,
     proxy: EgressProxy,
     options: dict[str, Any],
-) -> UpstreamConnection:
+) -> P:
     transport, tunnel = await loop.create_connection(
         lambda: _Tunnel(loop), proxy.host, proxy.port, **options
     )
