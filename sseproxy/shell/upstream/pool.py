@@ -132,6 +132,8 @@ class UpstreamPool:
             port=port,
             proxy=proxy,
             timeout=self.connect_timeout,
+            # An https:// proxy's certificate is checked against the leg's own trust.
+            proxy_tls=self._tls_context() if proxy is not None and proxy.tls else None,
         )
         self.stats.opened += 1
         if self._closed:
