@@ -4,7 +4,10 @@ fails."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import uvloop
 
 from sseproxy.shell import accelerator
 
@@ -99,3 +102,8 @@ def test_ending_with_trailers_on_a_closed_connection_writes_nothing() -> None:
     assert accelerator.end_with_trailers(transport, b"0\r\n\r\n") is False  # type: ignore[arg-type]
     assert transport.written == []
     assert accelerator.end_with_trailers(None, b"0\r\n\r\n") is False
+
+
+def test_the_trailer_ending_holds_on_uvloop_the_proxy_s_default_loop() -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert accelerator.trailers_hold(*runner.run(accelerator.probe_trailers()))
