@@ -139,6 +139,11 @@ def test_llhttp_reports_trailers_after_the_body_and_before_the_end() -> None:
     assert parser.trailers == [(b"x-usage", b"5"), (b"x-more", b"1")] and parser.complete
 
 
+def test_a_content_length_trailer_is_a_framing_error_for_llhttp() -> None:
+    got = parse([chunked(b"hello", trailers=b"content-length: 5\r\n")])
+    assert not got.complete and got.error is not None and "Content-Length" in got.error
+
+
 LATE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
 
 
