@@ -46,8 +46,9 @@ def chunked_response(trailers: bytes, *, announce: bytes = ANNOUNCED) -> bytes:
     return head + b"%x\r\n%b\r\n" % (len(EVENTS), EVENTS) + b"0\r\n" + trailers + b"\r\n"
 
 
-def request(te: bytes | None) -> bytes:
-    extra = b"TE: " + te + b"\r\n" if te is not None else b""
+def request(te: bytes | None, extra: bytes = b"") -> bytes:
+    if te is not None:
+        extra += b"TE: " + te + b"\r\n"
     return (
         b"POST %s HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n" % PATH.encode()
         + extra
@@ -80,12 +81,14 @@ async def read_chunked(reader: asyncio.StreamReader) -> Seen:
     return Seen(head.lower().split(b"\r\n"), data, end + b"\r\n", closed)
 
 
-async def exchange(wire: Any, proxy_server: Any, upstream: bytes, te: bytes | None) -> Seen:
+async def exchange(
+    wire: Any, proxy_server: Any, upstream: bytes, te: bytes | None, extra: bytes = b""
+) -> Seen:
     wire.steps = [Send(upstream), AwaitClose()]
-    url = await proxy_server(wire.url)
+    url = await proxy_server(wire.url, allow_inject=bool(extra))
     reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
     try:
-        writer.write(request(te))
+        writer.write(request(te, extra))
         async with asyncio.timeout(10):
             return await read_chunked(reader)
     finally:
@@ -153,6 +156,17 @@ async def test_trailers_no_trailer_field_announced_are_recorded_not_forwarded(
         {"x-usage": '{"output_tokens": 5}'},
         [],
     )
+
+
+async def test_a_drill_rewrites_the_body_so_its_response_carries_no_trailers(
+    relay_mode: str, wire: Any, proxy_server: Any, logs: Any
+) -> None:
+    drill = b"x-sseproxy-inject: rechunk=1\r\n"
+    seen = await exchange(wire, proxy_server, chunked_response(USAGE), b"trailers", drill)
+    assert (seen.data, seen.end, seen.closed) == (EVENTS, b"\r\n", False)
+    assert not any(line.startswith(b"trailer:") for line in seen.head)
+    [record] = await logs.wait(1)
+    assert record["trailers_forwarded"] == [] and record["injected"] == ["rechunk=1"]
 
 
 async def test_a_body_without_trailers_records_none(
