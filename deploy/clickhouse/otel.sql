@@ -66,7 +66,9 @@ SELECT
     JSONExtract(Body, 'session_id', 'Nullable(String)') AS session_id,
     JSONExtract(Body, 'turn', 'Nullable(UInt32)') AS turn,
     JSONExtract(Body, 'audio_bytes', 'Nullable(UInt64)') AS audio_bytes,
-    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms
+    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms,
+    nullIf(nullIf(JSONExtractRaw(Body, 'trailers'), ''), 'null') AS trailers,
+    nullIf(nullIf(JSONExtractRaw(Body, 'trailers_forwarded'), ''), 'null') AS trailers_forwarded
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';
 

@@ -67,6 +67,8 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     turn Nullable(UInt32),
     audio_bytes Nullable(UInt64),
     audio_ms Nullable(Float64),
+    trailers Nullable(String),              -- JSON {name: value} of the upstream's trailers
+    trailers_forwarded Nullable(String),    -- JSON array of the names the client got
 
     -- The keys the report groups by, computed once at insert.
     model_key LowCardinality(String) MATERIALIZED

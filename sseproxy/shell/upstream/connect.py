@@ -1,5 +1,6 @@
 """Opening an upstream connection: TCP (happy eyeballs), TLS with SNI and ALPN http/1.1, and
-a CONNECT tunnel through an egress proxy when one applies. Any failure is UNREACHABLE."""
+a CONNECT tunnel through an egress proxy when one applies (over TLS to an `https://` proxy,
+the origin's TLS then inside that one). Any failure is UNREACHABLE."""
 
 from __future__ import annotations
 
@@ -88,8 +89,10 @@ async def open_connection(
     port: int,
     proxy: EgressProxy | None,
     timeout: float,
+    proxy_tls: ssl.SSLContext | None = None,
 ) -> P:
-    """A connected protocol for (host, port), within `timeout` seconds all told."""
+    """A connected protocol for (host, port), within `timeout` seconds all told. `proxy_tls`
+    checks an `https://` proxy's certificate (by default `tls`, else the system's trust)."""
     loop = asyncio.get_running_loop()
     options = _connect_options(loop)
     try:
@@ -104,7 +107,9 @@ async def open_connection(
                     **options,
                 )
                 return conn
-            return await _through(loop, factory, tls, host, port, proxy, options)
+            if proxy.tls and proxy_tls is None:
+                proxy_tls = tls if tls is not None else tls_context()
+            return await _through(loop, factory, tls, host, port, proxy, options, proxy_tls)
     except UpstreamFailed:
         raise
     except TimeoutError:
@@ -125,10 +130,22 @@ async def _through(
     port: int,
     proxy: EgressProxy,
     options: dict[str, Any],
+    proxy_tls: ssl.SSLContext | None = None,
 ) -> P:
-    transport, tunnel = await loop.create_connection(
-        lambda: _Tunnel(loop), proxy.host, proxy.port, **options
-    )
+    try:
+        transport, tunnel = await loop.create_connection(
+            lambda: _Tunnel(loop),
+            proxy.host,
+            proxy.port,
+            ssl=proxy_tls if proxy.tls else None,
+            server_hostname=proxy.host if proxy.tls else None,
+            **options,
+        )
+    except OSError as exc:  # refused, DNS, the proxy's certificate: say it was the proxy
+        raise UpstreamFailed(
+            EndReason.UPSTREAM_UNREACHABLE,
+            bounded(f"egress proxy {proxy.name}: {type(exc).__name__}: {exc}"),
+        ) from exc
     try:
         transport.write(proxy.connect_request(host, port))
         head = await tunnel.answer

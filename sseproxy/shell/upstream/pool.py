@@ -107,13 +107,15 @@ class UpstreamPool:
         secure = url.scheme in ("https", "wss")
         host = url.raw_host or ""
         port = url.port or (443 if secure else 80)
+        proxy = self._proxies.for_target("https" if secure else "http", host, port)
         return await open_connection(
             factory,
             tls=self._tls_context() if secure else None,
             host=host,
             port=port,
-            proxy=self._proxies.for_target("https" if secure else "http", host, port),
+            proxy=proxy,
             timeout=self.connect_timeout,
+            proxy_tls=self._tls_context() if proxy is not None and proxy.tls else None,
         )
 
     async def close(self) -> None:
@@ -150,6 +152,8 @@ class UpstreamPool:
             port=port,
             proxy=proxy,
             timeout=self.connect_timeout,
+            # An https:// proxy's certificate is checked against the leg's own trust.
+            proxy_tls=self._tls_context() if proxy is not None and proxy.tls else None,
         )
         self.stats.opened += 1
         if self._closed:
