@@ -361,6 +361,35 @@ async def test_a_wss_session_tunnels_then_speaks_tls_to_the_origin(
     assert session["upstream"] == origin
 
 
+async def test_a_wss_session_through_an_https_egress_proxy_is_tls_inside_tls(
+    ca: trustme.CA, tmp_path: Path, proxy, logs
+) -> None:
+    origin_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(origin_tls)
+    runner = web.AppRunner(WsUpstream().app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=origin_tls)
+    await site.start()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    proxy_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(proxy_tls)
+    try:
+        async with ConnectProxy(tls=proxy_tls) as egress:
+            origin = f"https://127.0.0.1:{runner.addresses[0][1]}"
+            environ = {"HTTPS_PROXY": f"https://user:s3cret@{egress.url}"}
+            base = await proxy(origin, environ, upstream_ca_file=str(ca_file))
+            assert await echo_once(base) == b"ping-me"
+        [head] = egress.heads
+        assert head.startswith(b"CONNECT 127.0.0.1:")
+        assert b"Proxy-Authorization: Basic dXNlcjpzM2NyZXQ=\r\n" in head  # user:s3cret
+    finally:
+        await runner.cleanup()
+    [session] = await logs.wait_sessions()
+    assert session["upstream"] == origin
+    assert "s3cret" not in json.dumps(logs.all_records())
+
+
 # -- a refusal's body ------------------------------------------------------------------------
 
 REFUSAL_BODY = 1024 * 1024  # websockets' bound on the body of a non-101 answer
