@@ -17,10 +17,10 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -28,6 +28,9 @@ import structlog
 from .core.encoding import BodyDecoder, ContentDecodingError
 from .log import json_safe
 from .redact import REDACTED, SENSITIVE_NAME, Secrets
+
+if TYPE_CHECKING:
+    from .session_capture import SessionCapture
 
 logger = structlog.get_logger("sseproxy")
 FORMAT_VERSION = 1
@@ -183,12 +186,22 @@ class CaptureStore:
     def request_body(self, body: bytes) -> str | None:
         return base64.b64encode(body).decode() if self.settings.request_bodies else None
 
+    def session(self, session_id: str, start: float) -> SessionCapture:
+        from .session_capture import SessionCapture
+
+        return SessionCapture(self.settings, session_id, start)
+
     def save(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
         """Write in a worker thread: disk latency never touches the event loop. Everything
         written goes through `secrets`, whether or not `meta` was redacted already."""
-        task = asyncio.get_running_loop().create_task(
-            asyncio.to_thread(self._write, capture, meta, secrets)
-        )
+        self._in_thread(self._write, capture, meta, secrets)
+
+    def save_session(self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets) -> None:
+        """A WebSocket session's capture, written as `save` writes a request's."""
+        self._in_thread(self._write_session, capture, meta, secrets)
+
+    def _in_thread(self, write: Callable[..., None], *args: Any) -> None:
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(write, *args))
         self.pending.add(task)
         task.add_done_callback(self._done)
 
@@ -225,6 +238,15 @@ class CaptureStore:
                 self._saved.popitem(last=False)
             self._enforce_total()
 
+    def _write_session(
+        self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets
+    ) -> None:
+        from .session_capture import write_session
+
+        write_session(self.settings.directory, capture, meta, secrets)
+        with self._trim:
+            self._enforce_total()
+
     def files_of(self, request_id: str) -> tuple[Path, Path] | None:
         """The sidecar and body file this process saved for `request_id`, if it still has
         them. Only names the store made itself: a request id is a key, never a path."""
@@ -242,7 +264,7 @@ class CaptureStore:
         files = []
         with os.scandir(self.settings.directory) as entries:
             for entry in entries:
-                if entry.name.endswith((".body", ".json")):
+                if entry.name.endswith((".body", ".json", ".jsonl")):
                     with contextlib.suppress(FileNotFoundError):  # a concurrent deletion
                         stat = entry.stat()
                         files.append((stat.st_mtime, stat.st_size, entry.path))
@@ -297,6 +319,8 @@ def load_capture(path: Path) -> tuple[dict[str, Any], bytes]:
     sidecar = orjson.loads(path.read_bytes())
     if not isinstance(sidecar, dict) or sidecar.get("format") != "sseproxy-capture":
         raise ValueError(f"{path} is not an sseproxy capture")
+    if "body_file" not in sidecar:
+        raise ValueError(f"{path} is a capture without a body (a WebSocket session's?)")
     body = (path.parent / sidecar["body_file"]).read_bytes()
     return sidecar, body
 

@@ -332,26 +332,25 @@ def _mock(args: argparse.Namespace) -> int:
 
     from .config import split_listen
     from .core.inject import InjectionError, parse_rules
-    from .mock import MockServer, load_recordings, samples_dir
+    from .mock import MockServer, load_recordings, load_sessions, samples_dir
 
     try:
         rules = parse_rules(args.inject)
-        recordings = load_recordings(
-            [Path(p) for p in args.paths] or [samples_dir()],
-            Dialect(args.dialect) if args.dialect else None,
-        )
-        server = MockServer(
-            recordings, 0.0 if args.no_delay else args.speed, args.allow_inject, rules
-        )
+        paths = [Path(p) for p in args.paths] or [samples_dir()]
+        recordings = load_recordings(paths, Dialect(args.dialect) if args.dialect else None)
+        sessions = load_sessions(paths)
+        speed = 0.0 if args.no_delay else args.speed
+        server = MockServer(recordings, speed, args.allow_inject, rules, sessions=sessions)
         host, port = split_listen(args.listen)
     except (InjectionError, OSError, ValueError, KeyError) as exc:
         print(f"sseproxy mock: {exc}", file=sys.stderr)
         return 2
-    names = ", ".join(r.name for r in recordings)
+    names = ", ".join([r.name for r in recordings] + [s.name for s in sessions])
+    served = f"{len(recordings)} streams" + (f" and {len(sessions)} sessions" if sessions else "")
 
     def started(_: str) -> None:  # aiohttp calls this once the socket listens
         print(
-            f"sseproxy mock: serving {len(recordings)} streams on http://{host}:{port} ({names})",
+            f"sseproxy mock: serving {served} on http://{host}:{port} ({names})",
             file=sys.stderr,
             flush=True,
         )
@@ -363,6 +362,7 @@ def _mock(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .capture import load_capture
     from .replay import EXIT_USAGE, ReplayOptions, replay
+    from .session_capture import is_session_capture
 
     if args.chunk_size is not None and args.chunk_size < 1:
         print(
@@ -372,6 +372,8 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_USAGE
     capture = None
     try:
+        if args.file.endswith(".json") and is_session_capture(Path(args.file)):
+            return _replay_session(args)
         if args.file.endswith(".json"):
             capture, data = load_capture(Path(args.file))
         else:
@@ -390,6 +392,40 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         content=args.content,
     )
     return replay(data, options, capture=capture)
+
+
+def _replay_session(args: argparse.Namespace) -> int:
+    """A WebSocket session capture: its messages through the session judge."""
+    from .replay import EXIT_USAGE
+    from .session_capture import load_session
+    from .session_replay import replay_session
+
+    unused = [
+        flag
+        for flag, given in (
+            ("--dialect", args.dialect != "auto"),
+            ("--chunk-size", args.chunk_size is not None),
+            ("--random-chunks", args.random_chunks is not None),
+            ("--events", args.events),
+            ("--content", args.content),
+        )
+        if given
+    ]
+    if unused:
+        print(
+            f"sseproxy replay: {', '.join(unused)} do not apply to a WebSocket session capture",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        file = load_session(Path(args.file))
+    except OSError as exc:
+        print(f"sseproxy replay: cannot read {args.file!r}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, KeyError) as exc:
+        print(f"sseproxy replay: {args.file!r}: not a session capture ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    return replay_session(file)
 
 
 def _serve(args: argparse.Namespace) -> int:

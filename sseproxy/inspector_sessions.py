@@ -11,34 +11,14 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 from .redact import NO_SECRETS, Secrets
+from .session_capture import REALTIME_AUDIO, Kind
 
-
-class Direction(StrEnum):
-    CLIENT = "client"  # client → upstream
-    UPSTREAM = "upstream"  # upstream → client
-
-
-class Kind(StrEnum):
-    TEXT = "text"
-    BINARY = "binary"
-    PING = "ping"
-    PONG = "pong"
-    CLOSE = "close"
-
-
-# Message names whose payload is audio (base64): never kept, shown as their size.
-AUDIO_NAMES = frozenset(
-    {
-        "response.output_audio.delta",
-        "response.audio.delta",
-        "input_audio_buffer.append",
-        "realtimeInput",  # Gemini Live: the client's audio and video chunks
-    }
-)
+# Message names whose payload is audio (base64): never kept, shown as their size. Gemini
+# Live's `realtimeInput` carries the client's audio and video chunks.
+AUDIO_NAMES = REALTIME_AUDIO | {"realtimeInput"}
 # Gemini Live's model audio rides in `serverContent` as inline data.
 INLINE_DATA = b'"inlineData"'
 # Turn ids a session row remembers (its turn rows are in the streams' ring, which is smaller).

@@ -10,6 +10,7 @@ import itertools
 import socket
 import struct
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,7 @@ from aiohttp import web
 from .capture import load_capture, recorded_chunks
 from .core import Dialect, EndReason, StreamTap
 from .core.dialects import detect, spec_for
+from .core.dialects.sessions import session_spec
 from .core.events import Framing
 from .core.inject import (
     Close,
@@ -38,6 +40,8 @@ from .core.inject import (
 )
 from .core.request import parse_body
 from .mock_document import document
+from .mock_session import SessionRecording, from_session, is_messages_file, play_session
+from .session_capture import is_session_capture
 
 MOCK_HEADER = "x-sseproxy-mock"
 DEFAULT_LISTEN = "127.0.0.1:8791"
@@ -134,6 +138,8 @@ def load_recordings(paths: Iterable[Path], dialect: Dialect | None = None) -> li
     sources: dict[str, Path] = {}
     for path in paths:
         for file, explicit in _files(path):
+            if is_messages_file(file) or (file.suffix == ".json" and is_session_capture(file)):
+                continue  # a WebSocket session's: `load_sessions` reads it
             if file.suffix == ".json":
                 try:
                     recording = from_capture(file)
@@ -155,6 +161,20 @@ def load_recordings(paths: Iterable[Path], dialect: Dialect | None = None) -> li
     return recordings
 
 
+def load_sessions(paths: Iterable[Path]) -> list[SessionRecording]:
+    """The WebSocket session captures among `paths` (files and folders, as for streams)."""
+    sessions = [
+        from_session(file)
+        for path in paths
+        for file, _ in _files(path)
+        if file.suffix == ".json" and is_session_capture(file)
+    ]
+    twice = sorted(name for name, n in Counter(s.name for s in sessions).items() if n > 1)
+    if twice:
+        raise ValueError(f"two session captures are named {twice[0]!r}; rename one")
+    return sessions
+
+
 def _files(path: Path) -> Iterable[tuple[Path, bool]]:
     if not path.is_dir():
         yield path, True
@@ -173,8 +193,10 @@ class MockServer:
         allow_inject: bool = False,
         inject: tuple[Rule, ...] = (),
         say: Callable[[str], None] | None = None,
+        sessions: Iterable[SessionRecording] = (),
     ) -> None:
-        if not recordings:
+        self.sessions = list(sessions)
+        if not recordings and not self.sessions:
             raise ValueError("nothing to serve: give capture sidecars or body files")
         self.recordings = recordings
         self.by_name = {r.name: r for r in recordings}
@@ -188,6 +210,7 @@ class MockServer:
         self.allow_inject = allow_inject
         self.inject = inject
         self._cycles: dict[Dialect | None, Any] = {}
+        self._session_cycles: dict[str | None, Any] = {}
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -206,7 +229,31 @@ class MockServer:
         recording: Recording = next(self._cycles[key])
         return recording
 
+    def choose_session(self, request: web.Request) -> SessionRecording | None:
+        """The session named by `x-sseproxy-mock` (its `dialect/name`, or a bare name), else
+        one of the path's session dialect, round-robin."""
+        name = request.headers.get(MOCK_HEADER)
+        if name is not None:
+            return next(
+                (s for s in self.sessions if name in (s.name, s.name.rpartition("/")[2])), None
+            )
+        dialect = str(session_spec(request.path).dialect)
+        pool = [s for s in self.sessions if s.dialect == dialect] or self.sessions
+        key = dialect if pool is not self.sessions else None
+        if key not in self._session_cycles:
+            self._session_cycles[key] = itertools.cycle(pool)
+        chosen: SessionRecording = next(self._session_cycles[key])
+        return chosen
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.sessions and web.WebSocketResponse().can_prepare(request).ok:
+            session = self.choose_session(request)
+            if session is None:
+                names = sorted(s.name for s in self.sessions)
+                return _json(
+                    404, {"error": {"type": "sseproxy_mock_unknown_session", "sessions": names}}
+                )
+            return await play_session(request, session, self.speed, self.say)
         asked = parse_body(await request.read())
         recording = self.choose(request)
         if recording is None:

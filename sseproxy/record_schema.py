@@ -11,7 +11,7 @@ import json
 from importlib import resources
 from typing import Any
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_FILE = "record.schema.json"
 
 
@@ -26,5 +26,10 @@ def schema() -> dict[str, Any]:
 
 
 def record_fields() -> frozenset[str]:
-    """Every top-level field a record may hold."""
+    """Every top-level field a request.finished record may hold."""
     return frozenset(schema()["$defs"]["request_finished"]["properties"])
+
+
+def session_fields() -> frozenset[str]:
+    """Every top-level field a session.finished record may hold."""
+    return frozenset(schema()["$defs"]["session_finished"]["properties"])

@@ -209,6 +209,7 @@ def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> Non
         event_loop=loop_name,
         backlog=backlog,
         relay_accelerator=accelerator.enabled(),  # detected at the app's startup
+        relay_trailers=accelerator.trailers_enabled(),  # it can end a response with trailers
         upstream=settings.public_upstream,
         routes=[r.name for r in settings.routes] if not settings.upstream else None,
     )

@@ -66,6 +66,43 @@ SELECT
     JSONExtract(Body, 'session_id', 'Nullable(String)') AS session_id,
     JSONExtract(Body, 'turn', 'Nullable(UInt32)') AS turn,
     JSONExtract(Body, 'audio_bytes', 'Nullable(UInt64)') AS audio_bytes,
-    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms
+    JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms,
+    nullIf(nullIf(JSONExtractRaw(Body, 'trailers'), ''), 'null') AS trailers,
+    nullIf(nullIf(JSONExtractRaw(Body, 'trailers_forwarded'), ''), 'null') AS trailers_forwarded
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';
+
+-- And each session.finished body into sseproxy.sessions.
+CREATE MATERIALIZED VIEW IF NOT EXISTS sseproxy.sessions_from_otel TO sseproxy.sessions AS
+SELECT
+    parseDateTime64BestEffort(JSONExtractString(Body, 'timestamp'), 6, 'UTC') AS timestamp,
+    JSONExtractString(Body, 'level') AS level,
+    JSONExtractString(Body, 'event') AS event,
+    JSONExtractString(Body, 'schema_version') AS schema_version,
+    JSONExtractString(Body, 'transport') AS transport,
+    JSONExtractString(Body, 'session_id') AS session_id,
+    JSONExtract(Body, 'route', 'Nullable(String)') AS route,
+    JSONExtract(Body, 'upstream', 'Nullable(String)') AS upstream,
+    JSONExtractString(Body, 'path') AS path,
+    JSONExtract(Body, 'dialect', 'Nullable(String)') AS dialect,
+    JSONExtract(Body, 'subprotocol', 'Nullable(String)') AS subprotocol,
+    nullIf(nullIf(JSONExtractRaw(Body, 'extensions'), ''), 'null') AS extensions,
+    JSONExtract(Body, 'close_code', 'Nullable(UInt16)') AS close_code,
+    JSONExtract(Body, 'close_reason', 'Nullable(String)') AS close_reason,
+    JSONExtract(Body, 'closed_by', 'Nullable(String)') AS closed_by,
+    JSONExtract(Body, 'close_frame', 'Nullable(Bool)') AS close_frame,
+    JSONExtract(Body, 'duration_ms', 'Nullable(Float64)') AS duration_ms,
+    JSONExtract(Body, 'turns', 'Nullable(UInt32)') AS turns,
+    JSONExtract(Body, 'states', 'Map(String, UInt64)') AS states,
+    JSONExtract(Body, 'errors', 'Nullable(UInt64)') AS errors,
+    nullIf(nullIf(JSONExtractRaw(Body, 'messages'), ''), 'null') AS messages,
+    nullIf(nullIf(JSONExtractRaw(Body, 'bytes'), ''), 'null') AS bytes,
+    JSONExtract(Body, 'largest_message_bytes', 'Nullable(UInt64)') AS largest_message_bytes,
+    nullIf(nullIf(JSONExtractRaw(Body, 'ping_ms'), ''), 'null') AS ping_ms,
+    JSONExtract(Body, 'client_wait_ms', 'Nullable(Float64)') AS client_wait_ms,
+    JSONExtract(Body, 'last_message_delivered', 'Nullable(String)') AS last_message_delivered,
+    JSONExtract(Body, 'go_away_s', 'Nullable(Float64)') AS go_away_s,
+    JSONExtract(Body, 'resumable', 'Nullable(Bool)') AS resumable,
+    JSONExtract(Body, 'anomalies', 'Map(String, UInt64)') AS anomalies
+FROM otel.otel_logs
+WHERE JSONExtractString(Body, 'event') = 'session.finished';

@@ -67,6 +67,8 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     turn Nullable(UInt32),
     audio_bytes Nullable(UInt64),
     audio_ms Nullable(Float64),
+    trailers Nullable(String),              -- JSON {name: value} of the upstream's trailers
+    trailers_forwarded Nullable(String),    -- JSON array of the names the client got
 
     -- The keys the report groups by, computed once at insert.
     model_key LowCardinality(String) MATERIALIZED
@@ -88,4 +90,50 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(timestamp)
 ORDER BY (state, model_key, timestamp)
+TTL toDateTime(timestamp) + INTERVAL 90 DAY;
+
+-- One row per session.finished record: how a WebSocket connection ended. Its turns are rows
+-- of sseproxy.requests (transport = 'websocket', the same session_id).
+CREATE TABLE IF NOT EXISTS sseproxy.sessions
+(
+    timestamp DateTime64(6, 'UTC'),
+    level LowCardinality(String),
+    event LowCardinality(String),
+    schema_version LowCardinality(String),
+    transport LowCardinality(String),
+    session_id String,
+    route LowCardinality(Nullable(String)),
+    upstream Nullable(String),
+    path String,
+    dialect LowCardinality(Nullable(String)),
+    subprotocol Nullable(String),
+    extensions Nullable(String),            -- JSON {client: [...], upstream: [...]}
+    close_code Nullable(UInt16),            -- null: no close frame, or one without a status
+    close_reason Nullable(String),
+    closed_by LowCardinality(Nullable(String)),  -- client, upstream, proxy
+    close_frame Nullable(Bool),
+    duration_ms Nullable(Float64),
+    turns Nullable(UInt32),
+    states Map(LowCardinality(String), UInt64),  -- turns per state
+    errors Nullable(UInt64),
+    messages Nullable(String),              -- JSON {client, upstream}
+    bytes Nullable(String),                 -- JSON {client, upstream}
+    largest_message_bytes Nullable(UInt64),
+    ping_ms Nullable(String),               -- JSON array
+    client_wait_ms Nullable(Float64),
+    last_message_delivered Nullable(String),
+    go_away_s Nullable(Float64),
+    resumable Nullable(Bool),
+    anomalies Map(LowCardinality(String), UInt64),
+
+    route_key LowCardinality(String) MATERIALIZED
+        if(ifNull(route, '') != '', substringUTF8(route, 1, 200), '-'),
+    closed_by_key LowCardinality(String) MATERIALIZED
+        if(ifNull(closed_by, '') != '', substringUTF8(closed_by, 1, 200), '-'),
+    close_code_key LowCardinality(String) MATERIALIZED
+        if(close_code IS NULL, '-', toString(close_code))
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(timestamp)
+ORDER BY (route_key, closed_by_key, timestamp)
 TTL toDateTime(timestamp) + INTERVAL 90 DAY;

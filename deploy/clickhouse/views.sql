@@ -94,3 +94,20 @@ ORDER BY
     ifNull(duration_ms, 0) DESC,
     timestamp
 LIMIT 10;
+
+-- How WebSocket sessions ended: the report's sessions.by_close.
+CREATE OR REPLACE VIEW sseproxy.sessions_by_close AS
+SELECT
+    route_key AS route, closed_by_key AS closed_by, close_code_key AS close_code,
+    count() AS sessions
+FROM sseproxy.sessions
+GROUP BY route, closed_by, close_code
+ORDER BY sessions DESC, route, closed_by, close_code;
+
+CREATE OR REPLACE VIEW sseproxy.session_anomalies_top AS
+SELECT name, sum(n) AS occurrences, count() AS sessions
+FROM sseproxy.sessions
+ARRAY JOIN mapKeys(anomalies) AS name, mapValues(anomalies) AS n
+GROUP BY name
+ORDER BY occurrences DESC, name
+LIMIT 20;

@@ -153,6 +153,29 @@ def ttft_svg(summary: Summary, models: list[str], width: int = 1100) -> str:
     )
 
 
+def _sessions(sessions: dict[str, Any]) -> list[str]:
+    """WebSocket sessions by how they closed, when the log has any."""
+    if not sessions["count"]:
+        return []
+    return [
+        "<h2>Sessions</h2>",
+        f"<p>{sessions['count']} sessions, {sessions['turns']} turns "
+        "(each turn is counted as a request above)</p>",
+        _table(
+            ["route", "closed by", "close code", "sessions"],
+            [
+                [r["route"], r["closed_by"], r["close_code"], r["sessions"]]
+                for r in sessions["by_close"]
+            ],
+            text_columns=3,
+        ),
+        _table(
+            ["session anomaly", "count", "sessions"],
+            [[a["name"], a["occurrences"], a["sessions"]] for a in sessions["anomalies"]],
+        ),
+    ]
+
+
 def render(summary: Summary) -> str:
     data = report(summary)
     lines, span = data["lines"], data["span"]
@@ -199,6 +222,7 @@ def render(summary: Summary) -> str:
         ),
         "<h2>Cuts</h2>",
         _table(["reason", "requests"], [[c["reason"], c["requests"]] for c in data["cuts"]]),
+        *_sessions(data["sessions"]),
         "<h2>Worst requests</h2>",
         _table(
             ["time", "request_id", "state", "model", "route", "what", "status", "duration"],

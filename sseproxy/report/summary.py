@@ -145,6 +145,8 @@ class Summary:
     since: datetime.datetime | None = None
     until: datetime.datetime | None = None
     records: int = 0
+    sessions: int = 0  # session.finished records: a WebSocket connection each
+    session_turns: int = 0
     unparseable: int = 0
     other_events: int = 0
     outside_window: int = 0  # before --since, at or after --until, or no timestamp to tell
@@ -166,6 +168,11 @@ class Summary:
         self.latency: Table[Latency] = BoundedTable(keys, lambda: Latency(size), OTHER)
         self.timeline = Timeline(self.bounds.timeline, TIMELINE_STATES)
         self.worst: TopN[Worst] = TopN(self.bounds.worst)
+        # sessions by (route, closed_by, close code): how WebSocket connections ended
+        self.session_closes: BoundedTable[tuple[str, str, str], Count] = BoundedTable(
+            keys, Count, (OTHER, OTHER, OTHER)
+        )
+        self.session_anomalies: Table[AnomalyCounts] = BoundedTable(keys, AnomalyCounts, OTHER)
 
     def feed(self, lines: Iterable[bytes | TooLong]) -> Summary:
         for line in lines:
@@ -183,19 +190,41 @@ class Summary:
             return
         if not isinstance(record, dict):
             self.unparseable += 1
-        elif record.get("event") != "request.finished":
-            self.other_events += 1
-        else:
+        elif record.get("event") == "request.finished":
             self.record(record)
+        elif record.get("event") == "session.finished":
+            self.session(record)
+        else:
+            self.other_events += 1
 
-    def record(self, record: dict[str, Any]) -> None:
-        moment = parse_time(record.get("timestamp"))
+    def _outside(self, moment: datetime.datetime | None) -> bool:
         if (self.since is not None or self.until is not None) and (
             moment is None
             or (self.since is not None and moment < self.since)
             or (self.until is not None and moment >= self.until)
         ):
             self.outside_window += 1
+            return True
+        return False
+
+    def session(self, record: dict[str, Any]) -> None:
+        """A WebSocket connection's end; its turns are counted as requests, one record each."""
+        if self._outside(parse_time(record.get("timestamp"))):
+            return
+        self.sessions += 1
+        self.session_turns += _count(record.get("turns")) or 0
+        code = _count(record.get("close_code"))
+        key = (
+            _key(record.get("route")),
+            _key(record.get("closed_by")),
+            NONE if code is None else str(code),
+        )
+        self.session_closes.row(key).n += 1
+        _add_anomalies(self.session_anomalies, record.get("anomalies"))
+
+    def record(self, record: dict[str, Any]) -> None:
+        moment = parse_time(record.get("timestamp"))
+        if self._outside(moment):
             return
         self.records += 1
         state = _key(record.get("state"))
@@ -208,14 +237,7 @@ class Summary:
         self.dialects.row(_key(record.get("dialect"))).add(state)
         self.models.row(model).add(state)
         self.model_routes.row((model, route)).add(state)
-        anomalies = record.get("anomalies")
-        if isinstance(anomalies, dict):
-            for name, count in anomalies.items():
-                n = _count(count)
-                if n is not None:
-                    row = self.anomalies.row(_key(name))
-                    row.occurrences += n
-                    row.requests += 1
+        _add_anomalies(self.anomalies, record.get("anomalies"))
         interruption = record.get("interruption")
         if isinstance(interruption, dict):
             self.cuts.row(_key(interruption.get("reason"))).n += 1
@@ -233,6 +255,16 @@ class Summary:
             self.timeline.add(moment.timestamp(), index)
         rank = (float(SEVERITY.get(state, 0)), duration or 0.0)
         self.worst.offer(rank, lambda: worst_of(record, state, model, route, duration))
+
+
+def _add_anomalies(table: Table[AnomalyCounts], anomalies: Any) -> None:
+    if isinstance(anomalies, dict):
+        for name, count in anomalies.items():
+            n = _count(count)
+            if n is not None:
+                row = table.row(_key(name))
+                row.occurrences += n
+                row.requests += 1
 
 
 def worst_of(

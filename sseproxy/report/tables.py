@@ -73,6 +73,7 @@ def report(summary: Summary) -> dict[str, Any]:
         "report_version": REPORT_VERSION,
         "lines": {
             "records": summary.records,
+            "sessions": summary.sessions,
             "unparseable": summary.unparseable,
             "other_events": summary.other_events,
             "outside_window": summary.outside_window,
@@ -119,6 +120,7 @@ def report(summary: Summary) -> dict[str, Any]:
                 for slot, counts in sorted(timeline.buckets.items())
             ],
         },
+        "sessions": _sessions(summary),
         "bounds": {
             "keys": summary.bounds.keys,
             "reservoir": summary.bounds.reservoir,
@@ -135,8 +137,30 @@ def report(summary: Summary) -> dict[str, Any]:
                     ("anomalies", summary.anomalies),
                     ("cuts", summary.cuts),
                     ("latency", summary.latency),
+                    ("session_closes", summary.session_closes),
+                    ("session_anomalies", summary.session_anomalies),
                 )
                 if table.overflowed
             },
         },
+    }
+
+
+def _sessions(summary: Summary) -> dict[str, Any]:
+    """How WebSocket sessions ended (their turns are in the request tables)."""
+    closes: list[dict[str, Any]] = [
+        {"route": r, "closed_by": by, "close_code": code, "sessions": v.n}
+        for (r, by, code), v in summary.session_closes.items()
+    ]
+    closes.sort(key=lambda r: (-r["sessions"], r["route"], r["closed_by"], r["close_code"]))
+    anomalies: list[dict[str, Any]] = [
+        {"name": k, "occurrences": v.occurrences, "sessions": v.requests}
+        for k, v in summary.session_anomalies.items()
+    ]
+    anomalies.sort(key=lambda r: (-r["occurrences"], r["name"]))
+    return {
+        "count": summary.sessions,
+        "turns": summary.session_turns,
+        "by_close": closes,
+        "anomalies": anomalies,
     }

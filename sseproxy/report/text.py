@@ -89,6 +89,23 @@ def render(data: dict[str, Any]) -> str:
     if data["cuts"]:
         rows = [[one_line(c["reason"]), str(c["requests"])] for c in data["cuts"][:TOP]]
         out += ["Cuts", *_table(["reason", "requests"], rows), ""]
+    sessions = data["sessions"]
+    if sessions["count"]:
+        rows = [
+            [
+                one_line(r["route"]),
+                one_line(r["closed_by"]),
+                one_line(r["close_code"]),
+                str(r["sessions"]),
+            ]
+            for r in sessions["by_close"][:TOP]
+        ]
+        out += [
+            f"Sessions: {sessions['count']}, {sessions['turns']} turns"
+            " (each turn is a request above)",
+            *_table(["route", "closed by", "close code", "sessions"], rows, 3),
+            "",
+        ]
     if data["worst"]:
         rows = [
             [

@@ -19,6 +19,7 @@ from ..core.events import Framing
 from ..core.inject import Injector
 from ..core.pacing import Pacing
 from ..core.readers import framing_for
+from . import accelerator
 from .admission import Refused, via_entry
 from .delivery import ClientDelivery, ContentWatch
 from .errors import CLIENT_IO, Ended
@@ -27,6 +28,7 @@ from .record import NO_BODY_STATUSES
 from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
 from .tapping import open_tap, tap_options
 from .upstream import (
+    LIMITS,
     REQUEST_DROP,
     UpstreamEnd,
     UpstreamFailed,
@@ -34,9 +36,11 @@ from .upstream import (
     forwardable,
     upstream_url,
 )
+from .upstream import Framing as BodyFraming
+from .upstream.trailers import accepts_trailers, announced, section
 
 if TYPE_CHECKING:
-    from .state import Exchange, ProxyState
+    from .state import Exchange, Progress, ProxyState
 
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
 # Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
@@ -155,6 +159,8 @@ async def respond(
             await response.prepare(request)
         p.delivery = ClientDelivery(request, response, p.tap, mark=settings.max_client_held_bytes)
         end = await relay(x, upstream, waiting, transform, state, settings)
+        if (ended := upstream.ended) is not None:
+            p.trailers = ended.trailers  # recorded whether or not the client gets them
         # The upstream body ended by its own HTTP framing: end ours the same way. The verdict
         # may still say `interrupted` (no terminal event): that is what the record is for.
         p.end, p.http_complete = end.reason, end.complete
@@ -170,6 +176,8 @@ async def respond(
         raise
     if p.http_complete:
         p.delivered = True  # every upstream byte was written: a close from now changes nothing
+        if p.trailer_names:
+            send_trailers(request, p)
         with contextlib.suppress(Exception):
             await response.write_eof()
     else:
@@ -208,7 +216,40 @@ def client_response(
         # What aiohttp would choose by itself, said explicitly: `response.chunked` is then
         # true exactly when the body is sent in chunks (the accelerator frames by it).
         response.enable_chunked_encoding()
+    if response.chunked and trailers_travel(request, x, upstream):
+        names = announced(
+            upstream.headers.getall("Trailer", ()),
+            upstream.headers.getall("Connection", ()),
+            limit=LIMITS.trailer_fields,
+        )
+        if names:
+            p.trailer_names = names
+            response.headers["Trailer"] = ", ".join(names)
+            # The end closes the connection (aiohttp's own last chunk must not follow ours):
+            # said in the head, so the client does not send another request on it.
+            response.force_close()
     return response
+
+
+def trailers_travel(request: web.Request, x: Exchange, upstream: UpstreamResponse) -> bool:
+    """The client may get the upstream's trailers: it said `TE: trailers`, the upstream body is
+    chunked, no drill rewrites it, and the accelerator can end a response with them."""
+    return (
+        upstream.framing is BodyFraming.CHUNKED
+        and not x.facts.inject_rules
+        and accelerator.trailers_enabled()
+        and accepts_trailers(request.headers.getall("TE", ()))
+    )
+
+
+def send_trailers(request: web.Request, p: Progress) -> None:
+    """End the client's response with the announced trailers the upstream sent. A response
+    with no body yet has no head on the wire either: aiohttp's own end then sends both."""
+    if p.delivery is None or not p.delivery.started:
+        return
+    end, names = section(p.trailers, p.trailer_names)
+    if accelerator.end_with_trailers(request.transport, end):
+        p.trailers_forwarded = names
 
 
 async def relay(

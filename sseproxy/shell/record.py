@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..capture import redact_headers
 from ..core import EndReason, ErrorInfo, Interruption, State, Verdict, with_transport
 from ..core.dialects import spec_for
 from ..core.dialects.mcp import SESSION_HEADER, session_findings
 from ..core.pacing import PacingSummary
 from ..log import json_rendered, json_safe
 from ..record_schema import SCHEMA_VERSION
+from ..redact import Secrets
 from .ledger import Ended, Links
 from .state import Progress, RequestFacts
 from .tapping import close_tap
@@ -183,6 +185,9 @@ def build_rendered(
         fields["retry"] = links.retry
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
+    if progress.trailers:
+        fields["trailers"] = trailer_fields(progress.trailers, facts.secrets)
+        fields["trailers_forwarded"] = list(progress.trailers_forwarded)
     if progress.span is not None:  # OpenTelemetry is on: logs and traces join on these
         from ..tracing import log_ids
 
@@ -194,6 +199,17 @@ def build_rendered(
     # Once: every sink gets only this, redacted and serialisable as JSON.
     ready, rendered = json_rendered(facts.secrets.redact(fields))
     return MappingProxyType(ready), rendered
+
+
+def trailer_fields(trailers: tuple[tuple[bytes, bytes], ...], secrets: Secrets) -> dict[str, str]:
+    """The upstream's trailer fields by lower-case name (repeated ones joined with `, `, as
+    RFC 9110 §5.3 combines them), redacted as a capture's headers are. The leg bounds them."""
+    joined: dict[str, str] = {}
+    for raw_name, raw_value in trailers:
+        name = raw_name.decode("ascii", "replace").lower()
+        value = raw_value.decode("utf-8", "replace")
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    return redact_headers(joined, secrets)
 
 
 def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Record:

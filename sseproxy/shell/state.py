@@ -172,6 +172,10 @@ class Progress:
     delivered: bool = False
     upstream_ended: bool = False  # the upstream body's framing had completed, all of it read
     bytes_after_end: int = 0  # stray bytes after the upstream response's end (the leg's count)
+    # The trailer fields the client's head announced (`Trailer`): its response ends with them.
+    trailer_names: tuple[str, ...] = ()
+    trailers: tuple[tuple[bytes, bytes], ...] = ()  # the upstream's, as parsed: recorded
+    trailers_forwarded: tuple[str, ...] = ()  # the names the client's trailer section carried
     proxy_error: ErrorInfo | None = None
     # A WebSocket session took over: it writes its own records (one per turn, the session's).
     upgraded: bool = False

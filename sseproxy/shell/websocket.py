@@ -5,7 +5,8 @@ session.
 The client leg is aiohttp's documented `web.WebSocketResponse` with `decode_text=False` (text
 arrives as its bytes, never re-decoded), `autoping=False` and `autoclose=False` (pings, pongs
 and close frames are relayed, never answered here), no heartbeat. The upstream leg is
-`ws_upstream` (wsproto on a connection of our own).
+`ws_upstream` (websockets' sans-I/O protocol on a connection of our own, opened as the HTTP
+leg's are: through the egress proxy when one applies).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import aiohttp
 import structlog
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
-from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
 
 from ..capture import redact_headers
 from ..config import Settings
@@ -39,26 +39,29 @@ from ..core.dialects.sessions import (
     parse_message,
     session_spec,
 )
-from ..inspector_sessions import Kind, SessionView
+from ..inspector_sessions import SessionView
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
+from ..session_capture import SessionCapture
 from . import record as records
+from . import ws_capture
 from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS, shown_headers
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
-from .upstream import HOP_BY_HOP, REQUEST_DROP, forwardable, upstream_url
-from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, request_event
+from .upstream import HOP_BY_HOP, REQUEST_DROP, UpstreamFailed, forwardable, upstream_url
+from .ws_capture import Direction, Kind
+from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, upgrade
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 log = structlog.get_logger("sseproxy")
 
-# Headers the handshakes make themselves on each hop (wsproto upstream, aiohttp downstream).
+# Headers the handshakes make themselves on each hop (websockets upstream, aiohttp downstream).
 HANDSHAKE_HEADERS = frozenset(
     {
         "sec-websocket-key",
@@ -156,6 +159,7 @@ class Session:
     blind: bool = False  # the judge raised: messages are still relayed, no longer judged
     drill: SessionDrill | None = None  # the drill rules that apply to this session
     last_message_delivered: str | None = None  # the last upstream message the client took
+    capture: SessionCapture | None = None  # with --capture: every message, for replay and mock
     view: SessionView | None = None  # the inspector's row, fed one entry per message
     turn_now: int | None = None  # the turn the message just judged belongs to
 
@@ -213,19 +217,18 @@ async def session(
         x.progress.span = state.tracing.start(request.headers, headers, "GET", facts.path)
     raw = [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in headers.items()]
     limit = settings.max_ws_message_bytes
+    protocol, wire = upgrade(url, subprotocols, deflate, raw, limit)
+    assert state.pool is not None
     try:
         upstream, handshake = await connect(
-            url,
-            request_event(url, subprotocols, deflate, raw),
-            limit,
-            settings.connect_timeout,
-            None,
+            state.pool, url, protocol, wire, settings.connect_timeout
         )
-    except (OSError, TimeoutError, ConnectionError) as exc:
+    except (UpstreamFailed, OSError) as exc:  # OSError: ConnectionError, TimeoutError
+        why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__
         raise Refused(
             502,
             "upstream_unreachable",
-            f"no WebSocket connection to {url.host}: {type(exc).__name__}",
+            f"no WebSocket connection to {url.host}: {why}"[:300],
             end=EndReason.UPSTREAM_UNREACHABLE,
         ) from None
     x.progress.timings.headers = time.monotonic()
@@ -234,7 +237,8 @@ async def session(
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
     # text is counted, and kept only for the inspector's content view when asked for
-    s = Session(spec, spec.judge(CONTENT_CHARS if settings.keep_content else 0), facts.start)
+    judge = spec.judge(CONTENT_CHARS if settings.keep_content else 0, request.raw_path)
+    s = Session(spec, judge, facts.start)
     drill = SessionDrill(facts.inject_rules, spec.dialect)
     s.drill = drill if drill.active else None
     route = facts.route.name if facts.route else None
@@ -258,6 +262,7 @@ async def session(
     x.progress.upgraded = True
     try:
         await ws.prepare(request)
+        s.capture = ws_capture.start(state, facts.request_id, time.monotonic())
         _inspected(state, x, s, handshake, bool(ws.compress))
         both = (
             _from_client(ws, upstream, s, state, x),
@@ -336,35 +341,32 @@ async def _from_client(
         if kind in (WSMsgType.TEXT, WSMsgType.BINARY):
             data = msg.data if isinstance(msg.data, bytes) else bytes(msg.data)
             _count(s, "client", len(data))
-            name = _judged(state, x, s, "client", data, now)
-            _seen(state, s, "client", _KINDS[kind], data, name, now)
-            if kind is WSMsgType.TEXT:
-                try:
-                    text = data.decode("utf-8")
-                except UnicodeDecodeError:  # wsproto sends only valid text: the proxy's 1007
-                    s.closed("proxy", 1007, "invalid UTF-8", True, EndReason.CLIENT_DISCONNECTED)
-                    await up.send(CloseConnection(1007, "invalid UTF-8 text message"))
-                    await ws.close(code=1007, message=b"invalid UTF-8 text message")
-                    return
-                await up.send(TextMessage(data=text))
-            else:
-                await up.send(BytesMessage(data=data))
+            text = kind is WSMsgType.TEXT
+            name = _judged(state, x, s, "client", data, now, text)
+            side = Kind.TEXT if text else Kind.BINARY
+            ws_capture.note(state, s.capture, Direction.CLIENT, side, data, now, name)
+            _seen(state, s, Direction.CLIENT, side, data, name, now)
+            await up.send(Message(text, data))  # text: its bytes, as they came
         elif kind is WSMsgType.PING:
             payload = bytes(msg.data)
             s.ping("c", payload, now)
-            _seen(state, s, "client", Kind.PING, payload, None, now)
-            await up.send(Ping(payload=payload))
+            ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PING, payload, now)
+            _seen(state, s, Direction.CLIENT, Kind.PING, payload, None, now)
+            await up.send(Control("ping", payload))
         elif kind is WSMsgType.PONG:
             payload = bytes(msg.data)
             s.pong("c", payload, now)
-            _seen(state, s, "client", Kind.PONG, payload, None, now)
-            await up.send(Pong(payload=payload))
+            ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PONG, payload, now)
+            _seen(state, s, Direction.CLIENT, Kind.PONG, payload, None, now)
+            await up.send(Control("pong", payload))
         elif kind is WSMsgType.CLOSE:
             code = msg.data or None
             reason = msg.extra or ""
-            _seen(state, s, "client", Kind.CLOSE, reason.encode(), str(code) if code else None, now)
+            ws_capture.close(state, s.capture, Direction.CLIENT, code, reason, now)
+            close = str(code) if code else None
+            _seen(state, s, Direction.CLIENT, Kind.CLOSE, reason.encode(), close, now)
             if s.closed("client", code, reason, True, EndReason.CLIENT_DISCONNECTED):
-                await up.send(CloseConnection(code or 1005, reason if code else None))
+                await up.send(Control("close", code=code, reason=reason if code else ""))
             return
         elif kind is WSMsgType.CLOSING:
             return  # our own close (relaying the upstream's) is under way
@@ -372,7 +374,7 @@ async def _from_client(
             error = msg.data if kind is WSMsgType.ERROR else None
             if isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG:
                 s.closed("proxy", 1009, "message too big", True, EndReason.CLIENT_DISCONNECTED)
-                await up.send(CloseConnection(1009, "message too big"))
+                await up.send(Control("close", code=1009, reason="message too big"))
             else:
                 s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
                 up.abort()
@@ -403,10 +405,11 @@ async def _from_upstream(
                 if isinstance(step, End):
                     await _drill_end(request, ws, up, s, step)
                     return
-                name = _judged(state, x, s, "upstream", step.data, now)
+                name = _judged(state, x, s, "upstream", step.data, now, step.text)
+                side = Kind.TEXT if step.text else Kind.BINARY
+                ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
                 if s.closed_by is None:
-                    kind = Kind.TEXT if step.text else Kind.BINARY
-                    _seen(state, s, "upstream", kind, step.data, name, now)
+                    _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
                     await ws.send_frame(
                         step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
                     )
@@ -414,18 +417,21 @@ async def _from_upstream(
                     s.last_message_delivered = name
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
-            _seen(state, s, "upstream", Kind.PING, item.payload, None, now)
+            ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PING, item.payload, now)
+            _seen(state, s, Direction.UPSTREAM, Kind.PING, item.payload, None, now)
             await ws.ping(item.payload)
         elif isinstance(item, Control) and item.kind == "pong":
             s.pong("u", item.payload, now)
-            _seen(state, s, "upstream", Kind.PONG, item.payload, None, now)
+            ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PONG, item.payload, now)
+            _seen(state, s, Direction.UPSTREAM, Kind.PONG, item.payload, None, now)
             await ws.pong(item.payload)
         elif isinstance(item, Control):  # the close frame
+            ws_capture.close(state, s.capture, Direction.UPSTREAM, item.code, item.reason, now)
             code = str(item.code) if item.code else None
-            _seen(state, s, "upstream", Kind.CLOSE, (item.reason or "").encode(), code, now)
+            _seen(state, s, Direction.UPSTREAM, Kind.CLOSE, (item.reason or "").encode(), code, now)
             if s.closed_by is None:
+                # (websockets echoed the close to the upstream as it came)
                 s.closed("upstream", item.code, item.reason, True, EndReason.UPSTREAM_CLOSED)
-                await up.send(CloseConnection(item.code or 1005, item.reason or None).response())
                 await _close_client(ws, item.code, item.reason)
             elif s.closed_by == "client":
                 # the upstream's answer to the client's close goes back to the client
@@ -477,9 +483,6 @@ async def _close_client(ws: web.WebSocketResponse, code: int | None, reason: str
             await ws.send_frame(b"", WSMsgType.CLOSE)
         else:
             await ws.close(code=code, message=reason.encode())
-
-
-_KINDS = {WSMsgType.TEXT: Kind.TEXT, WSMsgType.BINARY: Kind.BINARY}
 
 
 def _inspected(
@@ -544,7 +547,7 @@ def _count(s: Session, direction: str, size: int) -> None:
 
 
 def _judged(
-    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float
+    state: ProxyState, x: Exchange, s: Session, side: str, data: bytes, now: float, text: bool
 ) -> str | None:
     """Feed the judge; a bug there costs the session its judging, never a message. Returns
     the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
@@ -554,6 +557,8 @@ def _judged(
     try:
         obj = parse_message(data)
         step = s.judge.client(obj) if side == "client" else s.judge.upstream(obj, data)
+        if text:
+            s.judge.text(data)
     except Exception:
         s.blind = True
         s.judge.anomalies["core_error"] += 1
@@ -604,6 +609,7 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
     except Exception as exc:
         record, rendered = records.fallback(facts, progress, exc), None
     deliver(state, facts, progress, verdict, record, rendered)
+    ws_capture.turn(state, s.capture, record)
 
 
 def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
@@ -612,6 +618,7 @@ def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[
         "transport": "websocket",
         "session_id": session_id,
         "turn": result.number,
+        "model": result.model,
         "dialect": str(spec.dialect),
         "audio_bytes": result.audio_bytes,
         "audio_ms": result.audio_ms,
@@ -665,3 +672,4 @@ def _session_record(
     safecall(
         state, "inspector", lambda: state.inspector.session_finished(x.facts.request_id, record)
     )
+    ws_capture.save(state, x, s.capture, str(s.end), handshake.headers, record)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 
 class ConnectProxy:
-    """A CONNECT-only proxy on 127.0.0.1: records each CONNECT head and tunnels bytes."""
+    """A CONNECT-only proxy on 127.0.0.1: records each CONNECT head and tunnels bytes. With
+    `tls` it is an `https://` proxy: clients speak TLS to it, and CONNECT inside that."""
 
-    def __init__(self, refuse: bytes | None = None) -> None:
+    def __init__(self, refuse: bytes | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.heads: list[bytes] = []
         self.refuse = refuse
+        self.tls = tls
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> ConnectProxy:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -45,7 +48,7 @@ class ConnectProxy:
                 dst.close()
 
             await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
             pass  # the test's loop is ending

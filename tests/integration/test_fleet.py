@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sseproxy.cli import main
-from sseproxy.record_schema import record_fields
+from sseproxy.record_schema import record_fields, session_fields
 from tests.integration.conftest import LogCapture
 from tests.integration.fake_upstream import Close, Reset, Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
@@ -186,6 +186,7 @@ async def test_report_counts_equal_the_records_own(fleet_log, capsys) -> None:
     data = run_report(capsys, str(path))
     assert data["lines"] == {
         "records": len(records),
+        "sessions": 0,
         "unparseable": 1,
         "other_events": 1,
         "outside_window": 0,
@@ -259,11 +260,11 @@ def statements(name: str) -> list[str]:
     return out
 
 
-def insert_query() -> str:
-    """The INSERT that ingest.sh sends: the test runs the shipped query, not a copy."""
+def insert_query(name: str = "QUERY") -> str:
+    """An INSERT that ingest.sh sends: the test runs the shipped query, not a copy."""
     script = (CLICKHOUSE / "ingest.sh").read_text()
-    match = re.search(r'QUERY="([^"]+)"', script)
-    assert match, "ingest.sh has no QUERY"
+    match = re.search(rf'^{name}="([^"]+)"', script, re.MULTILINE)
+    assert match, f"ingest.sh has no {name}"
     return match.group(1)
 
 
@@ -383,3 +384,159 @@ def test_the_otel_view_reads_the_table_the_collector_writes() -> None:
     assert "operators" not in config["receivers"]["filelog"]  # the body is the line, verbatim
     source = f"FROM {exporter['database']}.{exporter['logs_table_name']}"
     assert source in (CLICKHOUSE / "otel.sql").read_text()
+
+
+# -- sessions: session.finished records in the report and in ClickHouse --------------------
+
+GEMINI_LIVE = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+
+
+def _realtime_turn(n: int) -> list[str]:
+    rid = f"resp_{n}"
+    return [
+        json.dumps({"type": "response.created", "response": {"id": rid}}),
+        json.dumps({"type": "response.done", "response": {"id": rid, "status": "completed"}}),
+    ]
+
+
+async def _scripted_sessions(aiohttp_server: Any) -> str:
+    """A WebSocket upstream whose answer depends on the path: each session ends its own way."""
+    from aiohttp import WSMsgType, web
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(protocols=("realtime",), autoping=False, autoclose=False)
+        await ws.prepare(request)
+        msg = await ws.receive()
+        if request.path == GEMINI_LIVE:
+            await ws.send_str(json.dumps({"goAway": {"timeLeft": "10s"}}))
+            await ws.close(code=1001, message=b"going away")
+            return ws
+        if request.query.get("end") == "1011":
+            await ws.send_str(json.dumps({"type": "response.created", "response": {"id": "r"}}))
+            await ws.close(code=1011, message=b"Deadline expired")
+            return ws
+        for text in _realtime_turn(1):
+            await ws.send_str(text)
+        while msg.type is not WSMsgType.CLOSE:  # until the client closes
+            msg = await ws.receive()
+        await ws.close(code=msg.data, message=msg.extra.encode())
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    server = await aiohttp_server(app)
+    return str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+async def session_log(aiohttp_server, logs, tmp_path) -> tuple[Path, list[dict[str, Any]]]:
+    from sseproxy.config import load
+    from sseproxy.shell.app import create_app
+    from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+
+    if not SESSIONS_SUPPORTED:
+        pytest.skip("WebSocket sessions need aiohttp 3.14")
+    upstream = await _scripted_sessions(aiohttp_server)
+    proxy = await aiohttp_server(create_app(load(None, {}, {"upstream": upstream})))
+    base = str(proxy.make_url("")).rstrip("/")
+    async with aiohttp.ClientSession() as http:
+        for path in (
+            "/v1/realtime?model=m",
+            "/v1/realtime?model=m",
+            "/v1/realtime?model=m&end=1011",
+            GEMINI_LIVE,
+        ):
+            async with http.ws_connect(base + path, protocols=("realtime",), autoclose=False) as ws:
+                await ws.send_str(json.dumps({"type": "response.create", "setup": {}}))
+                async for msg in ws:
+                    if msg.type is aiohttp.WSMsgType.TEXT and '"response.done"' in msg.data:
+                        await ws.close(code=1000, message=b"bye")
+                        break
+                    if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING):
+                        break
+    sessions = await logs.wait_sessions(4)
+    path = tmp_path / "sseproxy.log"
+    path.write_text("\n".join(logs.lines()) + "\n")
+    return path, sessions
+
+
+def ingest_sessions(session: Any, path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    data = "".join(line for line in lines if '"event":"session.finished"' in line)
+    session.query(f"{insert_query('SESSIONS_QUERY')}\n{data}")
+
+
+async def test_sessions_in_the_report_equal_the_records_own(session_log, capsys) -> None:
+    path, sessions = session_log
+    data = run_report(capsys, str(path))
+    assert data["lines"]["sessions"] == len(sessions) == 4
+    assert data["sessions"]["turns"] == sum(s["turns"] for s in sessions)
+    closes = Counter(
+        (s["route"], s["closed_by"], str(s["close_code"]) if s["close_code"] is not None else "-")
+        for s in sessions
+    )
+    assert {
+        (r["route"], r["closed_by"], r["close_code"]): r["sessions"]
+        for r in data["sessions"]["by_close"]
+    } == dict(closes)
+    # written out: what the scripted upstream did with each session
+    assert closes == Counter(
+        {
+            ("upstream", "client", "1000"): 2,
+            ("upstream", "upstream", "1011"): 1,
+            ("upstream", "upstream", "1001"): 1,
+        }
+    )
+    assert {"name": "go_away", "occurrences": 1, "sessions": 1} in data["sessions"]["anomalies"]
+
+
+async def test_the_sessions_table_agrees_with_the_report_both_paths(
+    session_log, clickhouse, capsys
+) -> None:
+    path, sessions = session_log
+    ingest_sessions(clickhouse, path)
+    data = run_report(capsys, str(path))
+    assert (
+        rows(clickhouse, "SELECT * FROM sseproxy.sessions_by_close") == data["sessions"]["by_close"]
+    )
+    assert (
+        rows(clickhouse, "SELECT * FROM sseproxy.session_anomalies_top")
+        == data["sessions"]["anomalies"]
+    )
+    got = rows(
+        clickhouse,
+        "SELECT session_id, close_code, turns FROM sseproxy.sessions ORDER BY session_id",
+    )
+    assert got == sorted(
+        (
+            {"session_id": s["session_id"], "close_code": s["close_code"], "turns": s["turns"]}
+            for s in sessions
+        ),
+        key=lambda r: r["session_id"],
+    )
+    direct = rows(clickhouse, "SELECT * FROM sseproxy.sessions ORDER BY session_id")
+    clickhouse.query("TRUNCATE TABLE sseproxy.sessions")
+    clickhouse.query("CREATE DATABASE otel")
+    clickhouse.query(
+        "CREATE TABLE otel.otel_logs (Timestamp DateTime64(9) DEFAULT now64(9), Body String) "
+        "ENGINE = MergeTree ORDER BY Timestamp"
+    )
+    for statement in statements("otel.sql"):
+        clickhouse.query(statement)
+    clickhouse.query(f"INSERT INTO otel.otel_logs (Body) FORMAT LineAsString\n{path.read_text()}")
+    assert rows(clickhouse, "SELECT * FROM sseproxy.sessions ORDER BY session_id") == direct
+
+
+def test_the_sessions_table_has_a_column_for_every_schema_field(tmp_path) -> None:
+    session = chdb_session.Session(str(tmp_path / "chdb"))
+    try:
+        for statement in statements("schema.sql"):
+            session.query(statement)
+        columns = rows(
+            session,
+            "SELECT name FROM system.columns WHERE database = 'sseproxy' AND table = 'sessions' "
+            "AND default_kind != 'MATERIALIZED'",
+        )
+    finally:
+        session.close()
+    assert {c["name"] for c in columns} == session_fields()

@@ -441,6 +441,74 @@ async def test_http_through_an_egress_proxy_is_a_tunnel_too_and_lower_case_wins(
         assert proxy.heads[0].startswith(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n" % server.port)
 
 
+def _proxy_tls(ca: trustme.CA) -> ssl.SSLContext:
+    """An https:// egress proxy's certificate for 127.0.0.1, signed by the test CA."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+async def test_an_https_proxy_is_reached_over_tls_and_the_origin_s_tls_runs_inside_it(
+    ca: trustme.CA, tmp_path: Path
+) -> None:
+    alpn: list[str | None] = []
+    box: list[Server] = []
+    async with (
+        Server(await tls_handler_for(box, alpn), tls=_server_tls(ca, [])) as server,
+        ConnectProxy(tls=_proxy_tls(ca)) as proxy,
+    ):
+        box.append(server)
+        environ = {"HTTPS_PROXY": f"https://user:p%40ss@{proxy.url}"}
+        pool = UpstreamPool(connect_timeout=2, environ=environ, ca_file=_ca_file(ca, tmp_path))
+        try:
+            status, body, end = await fetch(pool, server.url(scheme="https", host="localhost"))
+        finally:
+            await pool.close()
+        assert (status, body, end.complete) == (200, b"secret", True)
+        assert alpn == ["http/1.1"]  # the origin's own handshake, inside the proxy's
+        credentials = base64.b64encode(b"user:p@ss")
+        assert proxy.heads == [
+            b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n"
+            b"Proxy-Authorization: Basic %s\r\n\r\n" % (server.port, server.port, credentials)
+        ]
+
+
+async def test_an_https_proxy_carries_a_plain_origin_too(ca: trustme.CA, tmp_path: Path) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer("plain"))
+
+    async with Server(handler) as server, ConnectProxy(tls=_proxy_tls(ca)) as proxy:
+        environ = {"HTTP_PROXY": f"https://{proxy.url}"}
+        pool = UpstreamPool(connect_timeout=2, environ=environ, ca_file=_ca_file(ca, tmp_path))
+        try:
+            assert (await fetch(pool, server.url()))[1] == b"plain"
+        finally:
+            await pool.close()
+        assert proxy.heads == [
+            b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+            % (server.port, server.port)
+        ]
+
+
+async def test_an_https_proxy_whose_certificate_the_trust_refuses_is_named_unreachable(
+    ca: trustme.CA,
+) -> None:
+    async with ConnectProxy(tls=_proxy_tls(ca)) as proxy:
+        environ = {"HTTPS_PROXY": f"https://user:hunter2@{proxy.url}"}
+        pool = UpstreamPool(connect_timeout=2, environ=environ)  # the system's store: no test CA
+        try:
+            with pytest.raises(UpstreamFailed) as failed:
+                await fetch(pool, URL("https://localhost:9/"))
+        finally:
+            await pool.close()
+        assert failed.value.reason is EndReason.UPSTREAM_UNREACHABLE
+        cause = failed.value.cause
+        assert cause.startswith(f"egress proxy https://{proxy.url}: SSLCertVerificationError")
+        assert "CERTIFICATE_VERIFY_FAILED" in cause and "hunter2" not in cause
+        assert proxy.heads == []  # nothing was said to a proxy that could not be trusted
+
+
 async def test_a_refused_connect_is_unreachable() -> None:
     async with ConnectProxy(refuse=b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n") as proxy:
         pool = UpstreamPool(connect_timeout=2, environ={"HTTP_PROXY": proxy.url})
@@ -532,6 +600,11 @@ def test_the_leg_on_uvloop(ca: trustme.CA, tmp_path: Path) -> None:
         runner.run(test_tls_with_sni_alpn_and_a_trusted_ca(ca, tmp_path))
         runner.run(
             test_https_through_an_egress_proxy_is_a_connect_tunnel_with_its_credentials(
+                ca, tmp_path
+            )
+        )
+        runner.run(
+            test_an_https_proxy_is_reached_over_tls_and_the_origin_s_tls_runs_inside_it(
                 ca, tmp_path
             )
         )

@@ -1,9 +1,10 @@
 """An https upstream through the whole proxy (client -> sseproxy -> upstream): trusted by
 `upstream_ca_file` or refused with a 502 naming why, and reached through an egress proxy's
-CONNECT tunnel unless NO_PROXY covers it."""
+CONNECT tunnel unless NO_PROXY covers it (an `https://` egress proxy over TLS of its own)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -130,3 +131,47 @@ async def test_no_proxy_covering_the_upstream_host_goes_direct(
     assert egress.heads == []
     [record] = await logs.wait(1)
     assert (record["status"], record["state"]) == (200, "completed")
+
+
+def proxy_tls(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+async def test_an_https_egress_proxy_tunnels_with_its_credentials_and_no_record_holds_them(
+    tls_upstream: str, ca: trustme.CA, ca_file: str, tls_proxy, logs
+) -> None:
+    async with ConnectProxy(tls=proxy_tls(ca)) as egress:
+        environ = {"HTTPS_PROXY": f"https://agent:s3cret-pw@{egress.url}"}
+        url = await tls_proxy(tls_upstream, environ, upstream_ca_file=ca_file)
+        assert await fetch(url + PATH) == (200, COMPLETE)
+    authority = tls_upstream.removeprefix("https://").encode()
+    basic = base64.b64encode(b"agent:s3cret-pw")
+    assert egress.heads == [
+        b"CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n"
+        % (authority, authority, basic)
+    ]
+    [record] = await logs.wait(1)
+    assert (record["status"], record["state"]) == (200, "completed")
+    assert "s3cret-pw" not in json.dumps(record) and basic.decode() not in json.dumps(record)
+
+
+async def test_an_https_egress_proxy_the_trust_refuses_is_a_502_naming_the_proxy(
+    tls_upstream: str, ca: trustme.CA, tls_proxy, logs
+) -> None:
+    async with ConnectProxy(tls=proxy_tls(ca)) as egress:
+        environ = {"HTTPS_PROXY": f"https://agent:s3cret-pw@{egress.url}"}
+        url = await tls_proxy(tls_upstream, environ)  # the system's store knows no test CA
+        status, body = await fetch(url + PATH)
+        named = f"egress proxy https://{egress.url}: SSLCertVerificationError"
+    assert status == 502
+    assert json.loads(body)["error"]["type"] == "sseproxy_upstream_unreachable"
+    assert egress.heads == []
+    [record] = await logs.wait(1)
+    assert (record["status"], record["state"]) == (502, "http_error")
+    assert record["interruption"]["reason"] == "upstream_unreachable"
+    message = record["error"]["message"]
+    assert message.startswith(named)
+    assert "CERTIFICATE_VERIFY_FAILED" in message
+    assert "s3cret-pw" not in json.dumps(record) and "s3cret-pw" not in body.decode()

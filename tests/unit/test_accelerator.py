@@ -4,7 +4,10 @@ fails."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import uvloop
 
 from sseproxy.shell import accelerator
 
@@ -12,6 +15,7 @@ from sseproxy.shell import accelerator
 @pytest.fixture(autouse=True)
 def undetected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accelerator.Detection, "enabled", None)
+    monkeypatch.setattr(accelerator.Detection, "trailers", False)
 
 
 def test_a_chunk_is_framed_as_rfc_9112_section_7_1_says() -> None:
@@ -54,3 +58,52 @@ async def test_detection_runs_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accelerator, "probe", counted)
     assert await accelerator.detect() and await accelerator.detect()
     assert calls == 2  # one HTTP/1.1 probe, one HTTP/1.0 probe, once
+
+
+async def test_the_running_aiohttp_ends_a_response_with_trailers_as_the_accelerator_does() -> None:
+    head, body = await accelerator.probe_trailers()
+    assert b"\r\nConnection: close" in head  # said before the end, as `force_close` promises
+    assert body == b"2\r\nab\r\n0\r\nx-probe: 1\r\n\r\n"  # ours, and nothing of aiohttp's after
+    assert accelerator.trailers_hold(head, body)
+    assert await accelerator.detect() and accelerator.trailers_enabled()
+
+
+async def test_a_trailer_probe_that_disagrees_turns_only_trailers_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def aiohttp_ends_too() -> tuple[bytes, bytes]:
+        return (
+            b"HTTP/1.1 200 OK\r\nConnection: close",
+            b"2\r\nab\r\n0\r\nx-probe: 1\r\n\r\n0\r\n\r\n",
+        )
+
+    monkeypatch.setattr(accelerator, "probe_trailers", aiohttp_ends_too)
+    assert await accelerator.detect() is True
+    assert accelerator.enabled() and not accelerator.trailers_enabled()
+
+
+async def test_trailers_need_the_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accelerator.Detection, "enabled", False)
+    monkeypatch.setattr(accelerator.Detection, "trailers", True)
+    assert not accelerator.trailers_enabled()
+
+
+def test_ending_with_trailers_on_a_closed_connection_writes_nothing() -> None:
+    class Closing:
+        written: list[bytes] = []
+
+        def is_closing(self) -> bool:
+            return True
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+    transport = Closing()
+    assert accelerator.end_with_trailers(transport, b"0\r\n\r\n") is False  # type: ignore[arg-type]
+    assert transport.written == []
+    assert accelerator.end_with_trailers(None, b"0\r\n\r\n") is False
+
+
+def test_the_trailer_ending_holds_on_uvloop_the_proxy_s_default_loop() -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert accelerator.trailers_hold(*runner.run(accelerator.probe_trailers()))

@@ -81,6 +81,7 @@ def every_field_record() -> set[str]:
         progress.delivery = ClientDelivery(request, web.StreamResponse())
         progress.end = EndReason.CLIENT_DISCONNECTED
         progress.span = Span()  # type: ignore[assignment]
+        progress.trailers = ((b"x-usage", b"5"),)
         fields |= set(records.build(facts, progress, verdict, pacing))
         fields |= set(records.fallback(facts, progress, ValueError("x")))
     # the links and an MCP session with SSE `retry:`
@@ -116,6 +117,7 @@ def test_every_interruption_reason_is_in_the_readme() -> None:
 def test_every_record_field_is_in_the_readme() -> None:
     built = every_field_record()
     taken = {"injected", "trace_id", "no_body_expected", "events_delivered", "resume", "retry"}
+    taken |= {"trailers", "trailers_forwarded"}
     assert taken | {"mcp_session_id", "sse_retry_ms"} <= built  # every branch taken
     readme = {name.split(".")[0] for name in first_column("### Fields")}
     compare(built | LOG_FIELDS, readme, "record fields", "### Fields table (shell/record.py)")

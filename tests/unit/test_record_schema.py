@@ -25,6 +25,7 @@ from sseproxy.core.dialects.sessions import TurnResult, session_spec
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
+from sseproxy.redact import REDACTED
 from sseproxy.shell import record as records
 from sseproxy.shell.ledger import Links
 from sseproxy.shell.websocket import turn_fields
@@ -54,6 +55,8 @@ def every_kind() -> Iterator[dict[str, Any]]:
         # the optional fields: drill rules, a trace, no body expected, a broken delivery
         facts = dataclasses.replace(facts, method="HEAD", inject_rules=parse_rules("cut-after=1"))
         progress.span, progress.http_complete = span, False
+        progress.trailers = ((b"X-Usage", b'{"output_tokens": 5}'), (b"x-api-key", b"sk-1"))
+        progress.trailers_forwarded = ("x-usage",)
         yield written(records.build(facts, progress, verdict, pacing), logging.WARNING)
     span.end()
     # a WebSocket turn, and a session
@@ -85,6 +88,26 @@ def test_the_mcp_session_is_recorded_and_the_authorization_is_not() -> None:
     assert (record["mcp_session_id"], record["sse_retry_ms"]) == ("sess-1", 1500)
     assert record["resume"]["verdict"] == "gap" and record["retry"]["of"] == "req-0"
     assert KEY not in json.dumps(record)
+
+
+def test_trailers_are_recorded_by_name_and_redacted_like_headers() -> None:
+    facts, progress = exchange("chat_tool_call")
+    progress.trailers = (
+        (b"X-Usage", b"5"),
+        (b"x-usage", b"6"),
+        (b"X-Api-Key", b"sk-secret"),
+        (b"x-echo", KEY.encode()),
+    )
+    progress.trailers_forwarded = ("x-usage",)
+    verdict, pacing = records.verdict_of(facts, progress)
+    record = written(records.build(facts, progress, verdict, pacing))
+    assert record["trailers"] == {
+        "x-usage": "5, 6",
+        "x-api-key": REDACTED,
+        "x-echo": "*" * len(KEY),
+    }
+    assert record["trailers_forwarded"] == ["x-usage"]
+    assert KEY not in json.dumps(record) and "sk-secret" not in json.dumps(record)
 
 
 def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:

@@ -79,7 +79,13 @@ def test_lines_that_are_not_records_are_counted_never_fatal() -> None:
         b'{"event": "request.finished", "state": 5, "duration_ms": "slow", "anomalies": [1]}\n',
         b"\xff\xfe\n",
     )
-    assert data["lines"] == {"records": 2, "unparseable": 3, "other_events": 1, "outside_window": 0}
+    assert data["lines"] == {
+        "records": 2,
+        "sessions": 0,
+        "unparseable": 3,
+        "other_events": 1,
+        "outside_window": 0,
+    }
     assert data["states"] == {"-": 1, "completed": 1}
 
 
@@ -268,3 +274,86 @@ def test_stdin_is_read_when_no_file_is_given(monkeypatch: Any, capsys: Any) -> N
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line() + b"junk\n")))
     assert main(["report", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["lines"]["unparseable"] == 1
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+def session_line(**fields: Any) -> bytes:
+    record = {
+        "timestamp": "2026-12-01T10:00:00Z",
+        "event": "session.finished",
+        "session_id": "s",
+        "route": "openai",
+        "dialect": "openai-realtime",
+        "closed_by": "upstream",
+        "close_code": 1011,
+        "turns": 2,
+        "anomalies": {},
+        **fields,
+    }
+    return json.dumps(record).encode() + b"\n"
+
+
+def test_sessions_are_counted_by_how_they_closed_apart_from_the_requests() -> None:
+    data = summarise(
+        line(transport="websocket", session_id="s"),
+        session_line(),
+        session_line(turns=3),
+        session_line(closed_by="client", close_code=1000, turns=1, route="gemini"),
+        session_line(closed_by="upstream", close_code=None, turns=0, anomalies={"go_away": 1}),
+    )
+    assert data["lines"] == {
+        "records": 1,
+        "sessions": 4,
+        "unparseable": 0,
+        "other_events": 0,
+        "outside_window": 0,
+    }
+    assert data["sessions"]["count"] == 4
+    assert data["sessions"]["turns"] == 6
+    assert data["sessions"]["by_close"] == [
+        {"route": "openai", "closed_by": "upstream", "close_code": "1011", "sessions": 2},
+        {"route": "gemini", "closed_by": "client", "close_code": "1000", "sessions": 1},
+        {"route": "openai", "closed_by": "upstream", "close_code": "-", "sessions": 1},
+    ]
+    assert data["sessions"]["anomalies"] == [{"name": "go_away", "occurrences": 1, "sessions": 1}]
+    assert data["states"] == {"completed": 1}  # a session is not a request: its turns are
+
+
+def test_session_values_of_the_wrong_type_are_read_as_absent() -> None:
+    data = summarise(
+        session_line(close_code="1011", closed_by=7, turns=-2, route=None, anomalies=[1]),
+        session_line(close_code=True, turns="many"),
+    )
+    assert data["sessions"]["count"] == 2
+    assert data["sessions"]["turns"] == 0
+    assert data["sessions"]["by_close"] == [
+        {"route": "-", "closed_by": "-", "close_code": "-", "sessions": 1},
+        {"route": "openai", "closed_by": "upstream", "close_code": "-", "sessions": 1},
+    ]
+
+
+def test_sessions_keep_to_the_window_and_the_key_bound() -> None:
+    data = summarise(
+        *(session_line(route=f"r{i}") for i in range(3)),
+        session_line(timestamp="2026-12-02T00:00:00Z"),
+        bounds=Bounds(keys=2),
+        until=parse_time("2026-12-01T12:00:00Z"),
+    )
+    assert data["sessions"]["count"] == 3
+    assert data["lines"]["outside_window"] == 1
+    assert [r["route"] for r in data["sessions"]["by_close"]] == ["(other)", "r0", "r1"]
+    assert "session_closes" in data["bounds"]["overflowed"]
+
+
+def test_the_terminal_and_the_page_show_sessions_only_when_there_are_some() -> None:
+    plain = Summary().feed([line()])
+    assert "Sessions" not in text.render(report(plain))
+    with_sessions = Summary().feed([line(), session_line(close_reason="<b>x</b>", route="<i>")])
+    rendered = text.render(report(with_sessions))
+    assert "Sessions: 1, 2 turns" in rendered
+    assert "upstream" in rendered and "1011" in rendered
+    html = page.render(with_sessions)
+    assert "<h2>Sessions</h2>" in html
+    assert "&lt;i&gt;" in html and "<i>" not in html

@@ -122,6 +122,28 @@ def test_trailers_are_delivered() -> None:
     assert got.complete and got.trailers == [(b"x-checksum", b"abc"), (b"x-more", b"1")]
 
 
+def test_llhttp_reports_trailers_after_the_body_and_before_the_end() -> None:
+    """httptools hands trailer fields to `on_header` once the body is over and completes the
+    message only at the empty line after them: so they are the leg's, never the head's."""
+    parser = ResponseParser()
+    seen: list[tuple[bytes, int, bool]] = []
+    parser.sink = lambda chunk: seen.append((chunk, len(parser.trailers), parser.complete))
+    rest = parser.feed(CHUNKED_HEAD)
+    assert rest == b"" and parser.head is not None
+    # A field is reported once the next line begins (it could have been folded).
+    parser.feed(b"5\r\nhello\r\n0\r\nx-usage: 5\r\nx-more: 1\r\n")
+    assert seen == [(b"hello", 0, False)]
+    assert (parser.trailers, parser.complete) == ([(b"x-usage", b"5")], False)
+    assert parser.head.raw_headers[-1] == (b"transfer-encoding", b"chunked")  # not in the head
+    parser.feed(b"\r\n")
+    assert parser.trailers == [(b"x-usage", b"5"), (b"x-more", b"1")] and parser.complete
+
+
+def test_a_content_length_trailer_is_a_framing_error_for_llhttp() -> None:
+    got = parse([chunked(b"hello", trailers=b"content-length: 5\r\n")])
+    assert not got.complete and got.error is not None and "Content-Length" in got.error
+
+
 LATE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
 
 

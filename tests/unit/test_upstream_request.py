@@ -59,6 +59,12 @@ def test_a_proxy_url_gives_its_address_and_credentials() -> None:
     assert EgressProxy.parse("http://proxy") == EgressProxy("proxy", 80)
     with pytest.raises(ValueError):
         EgressProxy.parse("socks5://proxy:1080")
+    secure = EgressProxy.parse("https://u:p@proxy.internal:3129")
+    assert (secure.host, secure.port, secure.tls) == ("proxy.internal", 3129, True)
+    assert secure.name == "https://proxy.internal:3129"  # never the credentials
+    assert EgressProxy.parse("https://proxy") == EgressProxy("proxy", 443, tls=True)
+    assert EgressProxy.parse("http://proxy").tls is False
+    assert EgressProxy("::1", 3129, tls=True).name == "https://[::1]:3129"
     assert EgressProxy("p", 1).connect_request("::1", 443) == (
         b"CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n"
     )

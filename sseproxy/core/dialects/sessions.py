@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 from ..events import SSEEvent
 from ..jsonvalue import loads
@@ -46,6 +47,8 @@ MAX_OPEN_TURNS = 16
 PCM16_24K_BYTES_PER_MS = 48.0
 G711_BYTES_PER_MS = 8.0
 _RATE = re.compile(r"rate=(\d{3,6})")
+# Characters of a model name kept (a peer's string).
+MAX_MODEL_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class TurnResult:
     status: int | None = None  # an HTTP status an in-band error carried (Responses mode)
     audio_bytes: int = 0
     audio_ms: float | None = None
+    model: str | None = None  # the model the turn asked for (its record's `model`)
 
 
 @dataclass(slots=True)
@@ -86,6 +90,11 @@ class _Turn:
     finish_category: FinishCategory | None = None
     error: ErrorInfo | None = None
     status: int | None = None
+    model: str | None = None
+
+
+def _model(value: Any) -> str | None:
+    return value[:MAX_MODEL_CHARS] if isinstance(value, str) and value else None
 
 
 def audio_bytes(b64: Any) -> int:
@@ -101,8 +110,9 @@ class TurnJudge:
 
     dialect: ClassVar[SessionDialect] = SessionDialect.UNKNOWN
 
-    def __init__(self, content_chars: int | None = None) -> None:
+    def __init__(self, content_chars: int | None = None, path: str = "") -> None:
         self.content_chars = content_chars
+        self.model: str | None = None  # the model the session asked for, where it says one
         self.anomalies: Counter[str] = Counter()
         self.turns = 0
         self.states: Counter[str] = Counter()
@@ -121,6 +131,17 @@ class TurnJudge:
     def upstream(self, obj: Any, raw: bytes) -> Step:
         """A message the upstream sent: parsed (None when it was not JSON), and as it came."""
         return Step()
+
+    def text(self, data: bytes) -> None:
+        """A text message (either way). One that is not UTF-8 was relayed as it came (the peers'
+        business, never a close of the proxy's) and judged as not JSON: counted on the session
+        and on the turn it came in (`invalid_utf8`)."""
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.anomalies["invalid_utf8"] += 1
+            if self.open:
+                next(reversed(self.open.values())).assembler.anomalies["invalid_utf8"] += 1
 
     def close(self, end: EndReason, code: int | None = None, reason: str = "") -> list[TurnResult]:
         """The connection ended for `end`: every open turn ends with it."""
@@ -144,7 +165,7 @@ class TurnJudge:
         if self.content_chars is not None:
             for store in (made.text, made.reasoning, made.refusal):
                 store.cap = self.content_chars
-        turn = _Turn(self.turns, made)
+        turn = _Turn(self.turns, made, model=self.model)
         self.open[key] = turn
         step.opened.append(turn.number)
         return turn
@@ -199,7 +220,7 @@ class TurnJudge:
             model=a.model,
         )
         ms = round(turn.audio_bytes / self.bytes_per_ms, 3) if turn.audio_bytes else None
-        return TurnResult(turn.number, verdict, turn.status, turn.audio_bytes, ms)
+        return TurnResult(turn.number, verdict, turn.status, turn.audio_bytes, ms, turn.model)
 
 
 # -- OpenAI Realtime ---------------------------------------------------------------------------
@@ -232,13 +253,17 @@ REALTIME_ERROR_ANOMALIES = {
 
 
 class RealtimeJudge(TurnJudge):
-    """A turn is `response.created` … `response.done`, keyed by `response.id`."""
+    """A turn is `response.created` … `response.done`, keyed by `response.id`. The model asked
+    for is the handshake's `?model=`; the one that answered, the response's `model` where it
+    says one, else the session's (`session.created` / `session.updated`)."""
 
     dialect = SessionDialect.OPENAI_REALTIME
 
-    def __init__(self, content_chars: int | None = None) -> None:
-        super().__init__(content_chars)
+    def __init__(self, content_chars: int | None = None, path: str = "") -> None:
+        super().__init__(content_chars, path)
         self.pending = 0  # response.create sent, no response.created yet
+        self.model = _model(parse_qs(urlsplit(path).query).get("model", [None])[0])
+        self.session_model: str | None = None
 
     def client(self, obj: Any) -> Step:
         if isinstance(obj, dict) and obj.get("type") == "response.create":
@@ -255,6 +280,7 @@ class RealtimeJudge(TurnJudge):
             return step
         if etype in ("session.created", "session.updated"):
             self._audio_format(obj.get("session"))
+            self.session_model = _model(dig(obj, "session", "model")) or self.session_model
             return step
         if etype == "error":
             self._error(obj, size, step)
@@ -271,6 +297,7 @@ class RealtimeJudge(TurnJudge):
         before = a.content_deltas
         a.last_event = etype
         a.response_id = a.response_id or (rid if isinstance(rid, str) else None)
+        a.model = _model(dig(obj, "response", "model")) or a.model or self.session_model
         key = (obj.get("item_id"), obj.get("content_index"))
         if etype in REALTIME_TEXT:
             a.add_text(key, obj.get("delta"))
@@ -370,7 +397,8 @@ RESPONSES_ERROR_ANOMALIES = {
 
 
 class ResponsesJudge(TurnJudge):
-    """A turn per `response.create`, read by the Responses assembler as if it were SSE."""
+    """A turn per `response.create` (which names the model asked for), read by the Responses
+    assembler as if it were SSE (which takes the response's model)."""
 
     dialect = SessionDialect.OPENAI_RESPONSES
     KEY: ClassVar[str] = "turn"
@@ -381,7 +409,9 @@ class ResponsesJudge(TurnJudge):
             if self.KEY in self.open:  # one response at a time per connection
                 self.anomalies["active_response_conflict"] += 1
             else:
-                self._open(self.KEY, step, new_assembler(Dialect.OPENAI_RESPONSES))
+                turn = self._open(self.KEY, step, new_assembler(Dialect.OPENAI_RESPONSES))
+                if turn is not None:
+                    turn.model = _model(obj.get("model"))
         return step
 
     def upstream(self, obj: Any, raw: bytes) -> Step:
@@ -428,15 +458,22 @@ class ResponsesJudge(TurnJudge):
 
 
 class GeminiLiveJudge(TurnJudge):
-    """A turn is the model's output until `turnComplete` (or a `toolCall`, which yields)."""
+    """A turn is the model's output until `turnComplete` (or a `toolCall`, which yields). The
+    model asked for is `setup.model` (`models/{model}`: named as the HTTP path's is)."""
 
     dialect = SessionDialect.GEMINI_LIVE
     KEY: ClassVar[str] = "turn"
 
-    def __init__(self, content_chars: int | None = None) -> None:
-        super().__init__(content_chars)
+    def __init__(self, content_chars: int | None = None, path: str = "") -> None:
+        super().__init__(content_chars, path)
         self.generation_complete = False
         self.interrupted = False
+
+    def client(self, obj: Any) -> Step:
+        model = _model(dig(obj, "setup", "model"))
+        if model is not None:
+            self.model = model.rpartition("models/")[2] or model
+        return Step()
 
     def upstream(self, obj: Any, raw: bytes) -> Step:
         step = Step()

@@ -1,5 +1,6 @@
 """Opening an upstream connection: TCP (happy eyeballs), TLS with SNI and ALPN http/1.1, and
-a CONNECT tunnel through an egress proxy when one applies. Any failure is UNREACHABLE."""
+a CONNECT tunnel through an egress proxy when one applies (over TLS to an `https://` proxy,
+the origin's TLS then inside that one). Any failure is UNREACHABLE."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import asyncio
 import inspect
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ...core import EndReason
-from .connection import UpstreamConnection
 from .egress import EgressProxy
 from .facts import UpstreamFailed, bounded
 from .parser import Head, ResponseParser
 
 HAPPY_EYEBALLS_DELAY = 0.25
+# The protocol a connection is opened for: the pool's HTTP/1.1 one, or a WebSocket session's.
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
@@ -80,15 +82,17 @@ class _Tunnel(asyncio.Protocol):
 
 
 async def open_connection(
-    factory: Callable[[], UpstreamConnection],
+    factory: Callable[[], P],
     *,
     tls: ssl.SSLContext | None,
     host: str,
     port: int,
     proxy: EgressProxy | None,
     timeout: float,
-) -> UpstreamConnection:
-    """A connected protocol for (host, port), within `timeout` seconds all told."""
+    proxy_tls: ssl.SSLContext | None = None,
+) -> P:
+    """A connected protocol for (host, port), within `timeout` seconds all told. `proxy_tls`
+    checks an `https://` proxy's certificate (by default `tls`, else the system's trust)."""
     loop = asyncio.get_running_loop()
     options = _connect_options(loop)
     try:
@@ -103,7 +107,9 @@ async def open_connection(
                     **options,
                 )
                 return conn
-            return await _through(loop, factory, tls, host, port, proxy, options)
+            if proxy.tls and proxy_tls is None:
+                proxy_tls = tls if tls is not None else tls_context()
+            return await _through(loop, factory, tls, host, port, proxy, options, proxy_tls)
     except UpstreamFailed:
         raise
     except TimeoutError:
@@ -118,16 +124,28 @@ async def open_connection(
 
 async def _through(
     loop: asyncio.AbstractEventLoop,
-    factory: Callable[[], UpstreamConnection],
+    factory: Callable[[], P],
     tls: ssl.SSLContext | None,
     host: str,
     port: int,
     proxy: EgressProxy,
     options: dict[str, Any],
-) -> UpstreamConnection:
-    transport, tunnel = await loop.create_connection(
-        lambda: _Tunnel(loop), proxy.host, proxy.port, **options
-    )
+    proxy_tls: ssl.SSLContext | None = None,
+) -> P:
+    try:
+        transport, tunnel = await loop.create_connection(
+            lambda: _Tunnel(loop),
+            proxy.host,
+            proxy.port,
+            ssl=proxy_tls if proxy.tls else None,
+            server_hostname=proxy.host if proxy.tls else None,
+            **options,
+        )
+    except OSError as exc:  # refused, DNS, the proxy's certificate: say it was the proxy
+        raise UpstreamFailed(
+            EndReason.UPSTREAM_UNREACHABLE,
+            bounded(f"egress proxy {proxy.name}: {type(exc).__name__}: {exc}"),
+        ) from exc
     try:
         transport.write(proxy.connect_request(host, port))
         head = await tunnel.answer

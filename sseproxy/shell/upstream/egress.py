@@ -3,7 +3,9 @@
 Read from a mapping the app passes (its environment), never from os.environ here. The lower
 case name wins over the upper case one, as curl and requests have it. Both http and https
 targets go through a `CONNECT host:port` tunnel: the request then travels exactly as it would
-directly (origin-form, our bytes), and the proxy sees nothing but the tunnel.
+directly (origin-form, our bytes), and the proxy sees nothing but the tunnel. An `https://`
+proxy URL puts TLS between the leg and the proxy too (the proxy's certificate checked as an
+upstream's is): the CONNECT and its credentials never cross the network in the clear.
 """
 
 from __future__ import annotations
@@ -18,23 +20,32 @@ from yarl import URL
 
 @dataclass(frozen=True, slots=True)
 class EgressProxy:
-    """An HTTP proxy that tunnels with CONNECT."""
+    """An HTTP proxy that tunnels with CONNECT, reached over TLS when `tls`."""
 
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)  # Proxy-Authorization value
+    tls: bool = False  # an `https://` proxy URL: TLS to the proxy, then CONNECT inside it
 
     @classmethod
     def parse(cls, value: str) -> EgressProxy:
-        """A proxy URL as curl reads it: `http://user:pass@host:port`, the scheme optional."""
+        """A proxy URL as curl reads it: `http://user:pass@host:port` or `https://...`, the
+        scheme optional (http); the port defaults to the scheme's."""
         url = URL(value if "://" in value else f"http://{value}")
-        if url.scheme != "http" or not url.raw_host:
+        if url.scheme not in ("http", "https") or not url.raw_host:
             raise ValueError(f"unsupported egress proxy {url.with_password(None)!s}")
         authorization = None
         if url.user is not None:
             userinfo = f"{url.user}:{url.password or ''}".encode()
             authorization = "Basic " + base64.b64encode(userinfo).decode("ascii")
-        return cls(url.raw_host, url.port or 80, authorization)
+        tls = url.scheme == "https"
+        return cls(url.raw_host, url.port or (443 if tls else 80), authorization, tls)
+
+    @property
+    def name(self) -> str:
+        """How records and errors name the proxy: scheme, host and port, never credentials."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def connect_request(self, host: str, port: int) -> bytes:
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -56,7 +67,7 @@ class ProxySettings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ProxySettings:
-        """Raises ValueError for a proxy URL the leg cannot use (not http://)."""
+        """Raises ValueError for a proxy URL the leg cannot use (not http:// or https://)."""
         https, http = _variable(environ, "https_proxy"), _variable(environ, "http_proxy")
         return cls(
             https=EgressProxy.parse(https) if https else None,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from yarl import URL
 
 from ...core import EndReason
-from .connect import open_connection, tls_context
+from .connect import P, open_connection, tls_context
 from .connection import Exchange, PoolStats, UpstreamConnection, UpstreamResponse
 from .egress import EgressProxy, ProxySettings
 from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
@@ -98,6 +98,26 @@ class UpstreamPool:
             raise
         return UpstreamResponse(exchange, head)
 
+    async def open_socket(self, factory: Callable[[], P], url: URL) -> P:
+        """A connection of the caller's own protocol to `url` (a WebSocket session's leg),
+        opened as the pool's are: the same egress proxy choice, tunnel and trust store. Never
+        pooled. Raises UpstreamFailed (UPSTREAM_UNREACHABLE) when it cannot be opened."""
+        if self._closed:
+            raise UpstreamFailed(EndReason.PROXY_SHUTDOWN, "the upstream pool is closed")
+        secure = url.scheme in ("https", "wss")
+        host = url.raw_host or ""
+        port = url.port or (443 if secure else 80)
+        proxy = self._proxies.for_target("https" if secure else "http", host, port)
+        return await open_connection(
+            factory,
+            tls=self._tls_context() if secure else None,
+            host=host,
+            port=port,
+            proxy=proxy,
+            timeout=self.connect_timeout,
+            proxy_tls=self._tls_context() if proxy is not None and proxy.tls else None,
+        )
+
     async def close(self) -> None:
         """Close every connection, idle or busy (a response under way ends as PROXY_SHUTDOWN);
         later requests fail."""
@@ -132,6 +152,8 @@ class UpstreamPool:
             port=port,
             proxy=proxy,
             timeout=self.connect_timeout,
+            # An https:// proxy's certificate is checked against the leg's own trust.
+            proxy_tls=self._tls_context() if proxy is not None and proxy.tls else None,
         )
         self.stats.opened += 1
         if self._closed:
