@@ -114,6 +114,8 @@ SERVE_FLAGS = (
     Flag("inspector_total_bytes", "bytes the inspector keeps of all streams together", "N"),
     Flag("inspector_events", "rows of one stream's event list in the inspector", "N"),
     Flag("inspector_chars", "characters of one event's data shown in the inspector", "N"),
+    Flag("inspector_sessions", "WebSocket sessions the inspector lists", "N"),
+    Flag("inspector_session_messages", "messages of one session the inspector lists", "N"),
     Flag("resume_ledger_streams", "ended streams kept to link resumes and retries; 0: none", "N"),
     Flag("resume_ledger_seconds", "seconds after its end a stream can still be linked", "SECONDS"),
     Flag("resume_ledger_events", "events kept per stream for resume links (its last ones)", "N"),

@@ -39,6 +39,8 @@ INSPECTOR_BOUNDS = (
     "inspector_total_bytes",
     "inspector_events",
     "inspector_chars",
+    "inspector_sessions",
+    "inspector_session_messages",
 )
 FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -181,6 +183,8 @@ class Settings:
     inspector_total_bytes: int = 64 * 1024 * 1024
     inspector_events: int = 5000
     inspector_chars: int = 8192
+    inspector_sessions: int = 50
+    inspector_session_messages: int = 2000
     otel_endpoint: str = ""
     otel_service_name: str = "sseproxy"
     routes: tuple[Route, ...] = ()

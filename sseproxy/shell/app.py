@@ -19,6 +19,7 @@ from ..admin import admin_refusal
 from ..capture import CaptureSettings, CaptureStore
 from ..config import Settings
 from ..core import Dialect, ErrorInfo, State, Verdict
+from ..inspector_sessions import SessionRetention
 from ..metrics import Metrics
 from ..target import BadTarget, parse_target
 from . import accelerator
@@ -152,6 +153,7 @@ def release(state: ProxyState, x: Exchange) -> None:
     state.body_bytes -= x.body_bytes
     x.body_bytes = 0
     state.inspector.active.pop(x.facts.request_id, None)
+    state.inspector.live_sessions.pop(x.facts.request_id, None)  # its row stops moving on
     if x.progress.view is not None:
         x.progress.view.tap = None  # the ring keeps views, never a finished stream's tap
 
@@ -250,7 +252,12 @@ def create_app(
         settings.inspector_events,
         settings.inspector_chars,
     )
-    inspector = Inspector(settings.keep_content, retention=retention, captures=captures)
+    sessions = SessionRetention(
+        settings.inspector_sessions, settings.inspector_session_messages, settings.inspector_chars
+    )
+    inspector = Inspector(
+        settings.keep_content, retention=retention, captures=captures, session_retention=sessions
+    )
     if tracing is None and settings.otel_endpoint:
         from ..tracing import Tracing
 
@@ -270,6 +277,7 @@ def create_app(
     app.router.add_get(OWN_PREFIX, inspector.page)
     app.router.add_get(OWN_PREFIX + "events", inspector.feed)
     app.router.add_get(OWN_PREFIX + "streams/{request_id}", inspector.stream)
+    app.router.add_get(OWN_PREFIX + "sessions/{session_id}", inspector.session)
     app.router.add_get(OWN_PREFIX + "captures/{request_id}/{kind}", inspector.capture_file)
     app.on_startup.append(inspector.start)
     app.on_startup.append(_detect_accelerator)

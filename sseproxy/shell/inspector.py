@@ -8,6 +8,7 @@ self-contained file (no CDN, no build step) that carries the current rows in its
 
 With keep_content each view also keeps its stream's first bytes as relayed (bounded by
 `Retention`), from which a stream's detail rebuilds its event list and raw view on request.
+WebSocket sessions have rows of their own (`inspector_sessions`), their turns under them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from ..admin import NO_FRAMING
 from ..event_list import EventList, raw_view
+from ..inspector_sessions import SessionRetention, SessionView
 from ..redact import NO_SECRETS, Secrets
 
 if TYPE_CHECKING:
@@ -125,6 +127,8 @@ class StreamView:
     request_headers: dict[str, str] | None = None
     response_headers: dict[str, str] | None = None
     secrets: Secrets = NO_SECRETS
+    session_id: str | None = None  # a WebSocket session's turn: the row goes under the session's
+    turn: int | None = None
 
     def chunk(self, data: Bytes, arrived: float) -> None:
         """The relay fed the tap this chunk at `arrived` (monotonic): keep it, within bounds.
@@ -175,6 +179,8 @@ class StreamView:
             "error": self.error,
             "injected": self.injected,
             "route": self.route,
+            "session_id": self.session_id,
+            "turn": self.turn,
         }
 
     def client_wait(self, began: float, ended: float) -> None:
@@ -255,7 +261,7 @@ def shown_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {str(k)[:HEADER_CHARS]: v[:HEADER_CHARS] for k, v in list(headers.items())[:MAX_HEADERS]}
 
 
-def batch(views: Iterable[StreamView]) -> bytes:
+def batch(views: Iterable[StreamView | SessionView]) -> bytes:
     """One SSE message carrying a JSON array of rows."""
     return b"data: " + orjson.dumps([view.row() for view in views]) + b"\n\n"
 
@@ -273,6 +279,7 @@ class Inspector:
         max_viewers: int = MAX_VIEWERS,
         retention: Retention | None = None,
         captures: CaptureStore | None = None,
+        session_retention: SessionRetention | None = None,
     ) -> None:
         self.keep_content = keep_content
         self.max_viewers = max_viewers
@@ -285,8 +292,11 @@ class Inspector:
         # Finished streams still holding their bytes, oldest first (at most retention.streams).
         self.kept: OrderedDict[str, StreamView] = OrderedDict()
         self.active: dict[str, StreamView] = {}
+        self.session_retention = session_retention or SessionRetention(chars=self.retention.chars)
+        self.sessions: OrderedDict[str, SessionView] = OrderedDict()
+        self.live_sessions: dict[str, SessionView] = {}
         self.subscribers: set[Viewer] = set()
-        self.changed: dict[str, StreamView] = {}
+        self.changed: dict[str, StreamView | SessionView] = {}
         self._ticker: asyncio.Task[None] | None = None
 
     # -- fed by the proxy -------------------------------------------------------------------
@@ -322,12 +332,15 @@ class Inspector:
         text: str | None,
         headers: tuple[Mapping[str, str], Mapping[str, str] | None] | None = None,
         secrets: Secrets = NO_SECRETS,
+        started_at: float | None = None,
     ) -> None:
         """`headers`: the request's and the response's (None: no response), both redacted as
-        a capture keeps them; `secrets`: the request's, to mask its credentials in the bytes."""
+        a capture keeps them; `secrets`: the request's, to mask its credentials in the bytes;
+        `started_at`: when it began (wall clock), for a row made only now (a session's turn)."""
         view = self.active.pop(request_id, None) or self.streams.get(request_id)
-        if view is None:  # ended before any response (404, 413, 502, ...)
-            view = StreamView(request_id, record["method"], record["path"], time.time(), 0.0)
+        if view is None:  # ended before any response (404, 413, 502, ...), or a turn
+            began = started_at if started_at is not None else time.time()
+            view = StreamView(request_id, record["method"], record["path"], began, 0.0)
             self.streams[request_id] = view
             self._trim_ring()
         if view.tap is not None and getattr(view.tap, "observer", None) is not None:
@@ -361,11 +374,39 @@ class Inspector:
         view.model = record.get("model") or record.get("response_model")
         if self.keep_content and text is not None:
             view.text = text[:CONTENT_CHARS]
+        if record.get("session_id"):  # a turn: its row goes under its session's
+            view.session_id, view.turn = record["session_id"], record.get("turn")
+            session = self.sessions.get(view.session_id)
+            if session is not None:
+                session.turn_ended(view.turn, request_id, view.record)
+                self.publish(session)
         self.publish(view)
+
+    def session_started(self, view: SessionView) -> None:
+        """A session's 101 went out: its row, live until `session_finished`."""
+        self.sessions[view.session_id] = view
+        self.live_sessions[view.session_id] = view
+        view.retention = self.session_retention
+        if self.keep_content:
+            view.budget = self.budget
+        while len(self.sessions) > self.session_retention.sessions:
+            _, old = self.sessions.popitem(last=False)
+            self.live_sessions.pop(old.session_id, None)
+            old.let_go()
+            for _, turn_id in old.turn_ids:  # no turn row is left without its session
+                self.streams.pop(turn_id, None)
+                self.kept.pop(turn_id, None)
+        self.publish(view)
+
+    def session_finished(self, session_id: str, record: Mapping[str, Any]) -> None:
+        view = self.live_sessions.pop(session_id, None)
+        if view is not None:
+            view.finish(dict(record))
+            self.publish(view)
 
     # -- the page's feed --------------------------------------------------------------------
 
-    def publish(self, view: StreamView) -> None:
+    def publish(self, view: StreamView | SessionView) -> None:
         """Mark a row changed; the next flush sends it (only the latest state of each row).
         Without a viewer nothing is marked: a page that opens gets every row at once."""
         if self.subscribers:
@@ -380,6 +421,8 @@ class Inspector:
         if progress:
             for view in self.active.values():
                 self.changed.setdefault(view.request_id, view)
+            for session in self.live_sessions.values():
+                self.changed.setdefault(session.session_id, session)
         if not self.changed:
             return
         message = batch(self.changed.values())
@@ -410,9 +453,14 @@ class Inspector:
             with contextlib.suppress(asyncio.QueueFull):
                 viewer.queue.put_nowait(b"")  # wakes the feed so that it ends
 
+    def rows(self) -> list[StreamView | SessionView]:
+        """Streams and sessions, oldest first (a session before its turns)."""
+        views: list[StreamView | SessionView] = [*self.sessions.values(), *self.streams.values()]
+        return sorted(views, key=lambda view: view.started_at)
+
     def snapshot(self) -> bytes:
         """The current rows as JSON, oldest first, safe inside an HTML <script> element."""
-        rows = orjson.dumps([view.row() for view in self.streams.values()])
+        rows = orjson.dumps([view.row() for view in self.rows()])
         return rows.replace(b"<", b"\\u003c").replace(b"\xe2\x80\xa8", b"\\u2028")
 
     # -- handlers ---------------------------------------------------------------------------
@@ -448,7 +496,7 @@ class Inspector:
             }
         )
         viewer = Viewer()
-        viewer.queue.put_nowait(batch(self.streams.values()))
+        viewer.queue.put_nowait(batch(self.rows()))
         self.subscribers.add(viewer)
         try:
             await response.prepare(request)
@@ -470,6 +518,14 @@ class Inspector:
         async with self._building:  # one at a time, off the loop: forwarding never waits
             detail = await asyncio.to_thread(view.detail, self.retention, self.keep_content)
         detail["capture"] = self.capture_of(view.request_id)
+        return web.Response(body=orjson.dumps(detail), content_type="application/json")
+
+    async def session(self, request: web.Request) -> web.Response:
+        view = self.sessions.get(request.match_info["session_id"])
+        if view is None:
+            return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
+        async with self._building:
+            detail = await asyncio.to_thread(view.detail, self.keep_content)
         return web.Response(body=orjson.dumps(detail), content_type="application/json")
 
     def capture_of(self, request_id: str) -> dict[str, Any] | None:

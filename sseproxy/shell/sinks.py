@@ -62,6 +62,7 @@ def deliver(
                 progress.response_headers if progress.status is not None else None,
             ),
             secrets=facts.secrets,
+            started_at=facts.started_at,
         ),
     )
     tracing = state.tracing

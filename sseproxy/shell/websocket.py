@@ -26,6 +26,7 @@ import structlog
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
+from ..capture import redact_headers
 from ..config import Settings
 from ..core import EndReason
 from ..core.dialects.session_drills import End, Send, SessionDrill
@@ -38,6 +39,7 @@ from ..core.dialects.sessions import (
     parse_message,
     session_spec,
 )
+from ..inspector_sessions import SessionView
 from ..log import json_ready
 from ..record_schema import SCHEMA_VERSION
 from ..redact import Secrets
@@ -46,7 +48,7 @@ from . import record as records
 from . import ws_capture
 from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
-from .inspector import CONTENT_CHARS
+from .inspector import CONTENT_CHARS, shown_headers
 from .sinks import deliver, safecall
 from .state import Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
@@ -158,6 +160,12 @@ class Session:
     drill: SessionDrill | None = None  # the drill rules that apply to this session
     last_message_delivered: str | None = None  # the last upstream message the client took
     capture: SessionCapture | None = None  # with --capture: every message, for replay and mock
+    view: SessionView | None = None  # the inspector's row, fed one entry per message
+    turn_now: int | None = None  # the turn the message just judged belongs to
+
+    @property
+    def turns(self) -> int:
+        return self.judge.turns
 
     def closed(self, by: str, code: int | None, reason: str, frame: bool, end: EndReason) -> bool:
         """Note who closed first and how; False when someone already had."""
@@ -255,6 +263,7 @@ async def session(
     try:
         await ws.prepare(request)
         s.capture = ws_capture.start(state, facts.request_id, time.monotonic())
+        _inspected(state, x, s, handshake, bool(ws.compress))
         both = (
             _from_client(ws, upstream, s, state, x),
             _from_upstream(request, ws, upstream, s, state, x),
@@ -336,21 +345,26 @@ async def _from_client(
             name = _judged(state, x, s, "client", data, now, text)
             side = Kind.TEXT if text else Kind.BINARY
             ws_capture.note(state, s.capture, Direction.CLIENT, side, data, now, name)
+            _seen(state, s, Direction.CLIENT, side, data, name, now)
             await up.send(Message(text, data))  # text: its bytes, as they came
         elif kind is WSMsgType.PING:
             payload = bytes(msg.data)
             s.ping("c", payload, now)
             ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PING, payload, now)
+            _seen(state, s, Direction.CLIENT, Kind.PING, payload, None, now)
             await up.send(Control("ping", payload))
         elif kind is WSMsgType.PONG:
             payload = bytes(msg.data)
             s.pong("c", payload, now)
             ws_capture.note(state, s.capture, Direction.CLIENT, Kind.PONG, payload, now)
+            _seen(state, s, Direction.CLIENT, Kind.PONG, payload, None, now)
             await up.send(Control("pong", payload))
         elif kind is WSMsgType.CLOSE:
             code = msg.data or None
             reason = msg.extra or ""
             ws_capture.close(state, s.capture, Direction.CLIENT, code, reason, now)
+            close = str(code) if code else None
+            _seen(state, s, Direction.CLIENT, Kind.CLOSE, reason.encode(), close, now)
             if s.closed("client", code, reason, True, EndReason.CLIENT_DISCONNECTED):
                 await up.send(Control("close", code=code, reason=reason if code else ""))
             return
@@ -395,6 +409,7 @@ async def _from_upstream(
                 side = Kind.TEXT if step.text else Kind.BINARY
                 ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
                 if s.closed_by is None:
+                    _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
                     await ws.send_frame(
                         step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
                     )
@@ -403,13 +418,17 @@ async def _from_upstream(
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
             ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PING, item.payload, now)
+            _seen(state, s, Direction.UPSTREAM, Kind.PING, item.payload, None, now)
             await ws.ping(item.payload)
         elif isinstance(item, Control) and item.kind == "pong":
             s.pong("u", item.payload, now)
             ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PONG, item.payload, now)
+            _seen(state, s, Direction.UPSTREAM, Kind.PONG, item.payload, None, now)
             await ws.pong(item.payload)
         elif isinstance(item, Control):  # the close frame
             ws_capture.close(state, s.capture, Direction.UPSTREAM, item.code, item.reason, now)
+            code = str(item.code) if item.code else None
+            _seen(state, s, Direction.UPSTREAM, Kind.CLOSE, (item.reason or "").encode(), code, now)
             if s.closed_by is None:
                 # (websockets echoed the close to the upstream as it came)
                 s.closed("upstream", item.code, item.reason, True, EndReason.UPSTREAM_CLOSED)
@@ -466,6 +485,61 @@ async def _close_client(ws: web.WebSocketResponse, code: int | None, reason: str
             await ws.close(code=code, message=reason.encode())
 
 
+def _inspected(
+    state: ProxyState, x: Exchange, s: Session, handshake: Handshake, client_deflate: bool
+) -> None:
+    """The session's row in the inspector, fed by `_seen` and ended by its record."""
+
+    def start() -> None:
+        facts, secrets = x.facts, x.facts.secrets
+        upstream_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in handshake.headers}
+        view = SessionView(
+            facts.request_id,
+            facts.path,
+            facts.started_at,
+            time.monotonic(),
+            route=facts.route.name if facts.route else None,
+            dialect=str(s.spec.dialect),
+            subprotocol=handshake.subprotocol,
+            extensions=_extensions(client_deflate, handshake),
+            request_headers=shown_headers(redact_headers(facts.headers, secrets)),
+            response_headers=shown_headers(redact_headers(upstream_headers, secrets)),
+            secrets=secrets,
+            live=s,
+        )
+        state.inspector.session_started(view)
+        s.view = view
+
+    safecall(state, "inspector", start)
+
+
+def _seen(
+    state: ProxyState,
+    s: Session,
+    direction: str,
+    kind: Kind,
+    data: bytes,
+    name: str | None,
+    now: float,
+) -> None:
+    """One message for the inspector: a bounded entry, never a delay or an error here."""
+    view = s.view
+    if view is not None:
+        turn = s.turn_now if kind in (Kind.TEXT, Kind.BINARY) else None
+        safecall(
+            state,
+            "inspector",
+            lambda: view.message(now, direction, kind, len(data), name, turn, data),
+        )
+
+
+def _extensions(client_deflate: bool, handshake: Handshake) -> dict[str, list[str]]:
+    return {
+        "client": ["permessage-deflate"] if client_deflate else [],
+        "upstream": handshake.extensions,
+    }
+
+
 def _count(s: Session, direction: str, size: int) -> None:
     s.messages[direction] += 1
     s.sizes[direction] += size
@@ -477,6 +551,7 @@ def _judged(
 ) -> str | None:
     """Feed the judge; a bug there costs the session its judging, never a message. Returns
     the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
+    s.turn_now = None
     if s.blind:
         return None
     try:
@@ -508,6 +583,13 @@ def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -
             clock.timings.chunk(now, now, step.deltas)
     for result in step.ended:
         _turn_record(state, x, s, result)
+    # the turn this message belongs to: the one it opened or ended, else the newest open one
+    if step.opened:
+        s.turn_now = step.opened[-1]
+    elif step.ended:
+        s.turn_now = step.ended[-1].number
+    else:
+        s.turn_now = max(s.clocks, default=None)
 
 
 def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult) -> None:
@@ -562,10 +644,7 @@ def _session_record(
         "path": x.facts.path,
         "dialect": str(s.spec.dialect),
         "subprotocol": handshake.subprotocol,
-        "extensions": {
-            "client": ["permessage-deflate"] if client_deflate else [],
-            "upstream": handshake.extensions,
-        },
+        "extensions": _extensions(client_deflate, handshake),
         "close_code": s.close_code,
         "close_reason": s.close_reason or None,
         "closed_by": s.closed_by,
@@ -590,4 +669,7 @@ def _session_record(
     if span is not None:
         safecall(state, "tracing", lambda: _end_session_span(span, record))
     safecall(state, "metrics", lambda: state.metrics.session_finished(record))
+    safecall(
+        state, "inspector", lambda: state.inspector.session_finished(x.facts.request_id, record)
+    )
     ws_capture.save(state, x, s.capture, str(s.end), handshake.headers, record)
