@@ -30,6 +30,7 @@ class ConnectProxy:
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_writer: asyncio.StreamWriter | None = None
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             self.heads.append(head)
@@ -54,3 +55,5 @@ class ConnectProxy:
             pass  # the test's loop is ending
         finally:
             writer.close()
+            if up_writer is not None:  # also when a pump failed or the loop ends mid-tunnel
+                up_writer.close()
