@@ -109,25 +109,26 @@ def test_a_built_record_logs_the_same_line_with_or_without_its_rendering(
 
 def old_from_request(headers: Mapping[str, str], raw_target: str) -> Secrets:
     """Secrets.from_request before the name cache and the target's prefilter (reference,
-    verbatim but for the body, which is empty here)."""
+    verbatim but for the body, which is empty here, and the name rule, which is today's:
+    `_secret_name` also takes names whose last word says secret, such as `+api_key`)."""
     found: set[str] = set()
     for name, value in headers.items():
         lower = name.lower()
         if lower in SECRET_KEYS or SENSITIVE_NAME.search(lower):
             redact_module._header_values(lower, value, found)
     for match in redact_module._TARGET_PARAM.finditer(raw_target):
-        if redact_module._decoded(match.group("name")).lower() in SECRET_KEYS:
+        if redact_module._secret_name(match.group("name")):
             value = match.group("value")
             found.update((value, unquote(value), redact_module._decoded(value)))
     return Secrets(tuple(found))
 
 
 def old_redact_target(secrets: Secrets, raw_target: str) -> str:
-    """Secrets.redact_target before `_secret_name` (reference, verbatim)."""
+    """Secrets.redact_target as first written (reference, verbatim but for today's name rule)."""
 
     def param(match: re.Match[str]) -> str:
         name = match.group("name")
-        if not match.group("value") or redact_module._decoded(name).lower() not in SECRET_KEYS:
+        if not match.group("value") or not redact_module._secret_name(name):
             return match.group(0)
         return match.group("lead") + match.group("name") + match.group("eq") + REDACTED
 
@@ -408,3 +409,10 @@ def test_clean_targets_stop_at_their_bound(monkeypatch: Any) -> None:
     for target in ("/a", "/b", "/c", "/" + "d" * redact_module.MAX_CLEAN_TARGET_CHARS):
         assert Secrets.of_request(none, target) == (Secrets(), target)
     assert sorted(redact_module._CLEAN_TARGETS) == ["/a", "/b"]
+
+
+def test_a_plus_before_a_secret_name_is_a_space_and_still_a_secret() -> None:
+    # `+api_key` is " api_key" once form-decoded: its last word says key
+    secrets, path = Secrets.of_request(CIMultiDictProxy(CIMultiDict()), "/?+api_key=/v1/x")
+    assert path == "/?+api_key=[redacted]"
+    assert "/v1/x" in secrets.values
