@@ -164,7 +164,8 @@ class CaptureStore:
         self.pending: set[asyncio.Task[None]] = set()
         self._trim = threading.Lock()  # writer threads trim the directory one at a time
         # request id -> the file stem of its capture, for the inspector's download links
-        self._saved: OrderedDict[str, str] = OrderedDict()
+        # request or session id -> (stem, the second file's suffix: the body, or the messages)
+        self._saved: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @classmethod
     def open(cls, settings: CaptureSettings) -> CaptureStore | None:
@@ -232,8 +233,11 @@ class CaptureStore:
             text = orjson.dumps(json_safe(sidecar), option=orjson.OPT_INDENT_2, default=str)
         partial.write_bytes(text)
         partial.rename(directory / f"{stem}.json")  # readers never see a half-written sidecar
+        self._remember(capture.request_id, stem, ".body")
+
+    def _remember(self, key: str, stem: str, suffix: str) -> None:
         with self._trim:
-            self._saved[capture.request_id] = stem
+            self._saved[key] = (stem, suffix)
             while len(self._saved) > MAX_SAVED_NAMES:
                 self._saved.popitem(last=False)
             self._enforce_total()
@@ -241,23 +245,24 @@ class CaptureStore:
     def _write_session(
         self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets
     ) -> None:
-        from .session_capture import write_session
+        from .session_capture import MESSAGES_SUFFIX, write_session
 
-        write_session(self.settings.directory, capture, meta, secrets)
-        with self._trim:
-            self._enforce_total()
+        stem = write_session(self.settings.directory, capture, meta, secrets)
+        self._remember(capture.session_id, stem, MESSAGES_SUFFIX)
 
     def files_of(self, request_id: str) -> tuple[Path, Path] | None:
-        """The sidecar and body file this process saved for `request_id`, if it still has
-        them. Only names the store made itself: a request id is a key, never a path."""
+        """The sidecar and the body (or a session's messages) file this process saved for
+        `request_id` (or a session id), if it still has them. Only names the store made
+        itself: an id is a key, never a path."""
         with self._trim:
-            stem = self._saved.get(request_id)
-        if stem is None:
+            saved = self._saved.get(request_id)
+        if saved is None:
             return None
+        stem, suffix = saved
         sidecar = self.settings.directory / f"{stem}.json"
         if not sidecar.is_file():
             return None
-        return sidecar, self.settings.directory / f"{stem}.body"
+        return sidecar, self.settings.directory / f"{stem}{suffix}"
 
     def _enforce_total(self) -> None:
         """Delete the oldest captures until the directory is under its cap."""

@@ -526,6 +526,7 @@ class Inspector:
             return web.json_response({"error": {"type": "sseproxy_not_found"}}, status=404)
         async with self._building:
             detail = await asyncio.to_thread(view.detail, self.keep_content)
+        detail["capture"] = self.capture_of(view.session_id)
         return web.Response(body=orjson.dumps(detail), content_type="application/json")
 
     def capture_of(self, request_id: str) -> dict[str, Any] | None:

@@ -376,3 +376,28 @@ async def test_replay_refuses_options_that_do_not_apply_to_sessions(
     result = await asyncio.to_thread(replay, path, "--chunk-size", "1")
     assert result.returncode == 2
     assert "--chunk-size" in result.stderr and result.stdout == ""
+
+
+async def test_the_inspector_links_a_sessions_capture_and_serves_its_files(
+    wsup, capturing, logs, tmp_path: Path
+) -> None:
+    up, _ = wsup
+    up.script = realtime_two_turns
+    base, app = await capturing()
+    await drive_realtime(base, protocols=("realtime",))
+    sidecar = await saved(app, logs, tmp_path)
+    [session] = logs.sessions()
+    sid = session["session_id"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/_sseproxy/sessions/{sid}") as resp:
+            detail = await resp.json()
+        capture = detail["capture"]
+        assert capture["file"] == sidecar.name
+        assert capture["replay"] == f"sseproxy replay {sidecar}"
+        async with http.get(f"{base}/_sseproxy/{capture['sidecar']}") as resp:
+            assert resp.status == 200
+            assert await resp.read() == sidecar.read_bytes()
+        async with http.get(f"{base}/_sseproxy/{capture['body']}") as resp:
+            assert resp.status == 200
+            messages = sidecar.with_name(json.loads(sidecar.read_text())["messages_file"])
+            assert await resp.read() == messages.read_bytes()
