@@ -122,6 +122,33 @@ def test_trailers_are_delivered() -> None:
     assert got.complete and got.trailers == [(b"x-checksum", b"abc"), (b"x-more", b"1")]
 
 
+def test_the_chunks_of_one_read_reach_the_sink_as_one_piece() -> None:
+    # A bulk upstream packs dozens of chunks in one read; the relay pays per piece it gets.
+    parser = ResponseParser()
+    pieces: list[bytes] = []
+    parser.sink = pieces.append
+    wire = chunked(*EVENTS)
+    head_end = wire.index(b"\r\n\r\n") + 4
+    assert parser.feed(wire[:head_end]) == b""
+    parser.feed(wire[head_end:])
+    assert pieces == [b"".join(EVENTS)] and parser.complete
+
+
+def test_a_receiver_that_fails_fails_the_response_and_its_error_passes() -> None:
+    parser = ResponseParser()
+
+    def broken(piece: bytes) -> None:
+        raise KeyError("ours")
+
+    parser.sink = broken
+    wire = chunked(*EVENTS)
+    head_end = wire.index(b"\r\n\r\n") + 4
+    parser.feed(wire[:head_end])
+    with pytest.raises(KeyError):
+        parser.feed(wire[head_end:])
+    assert parser.error == "the body's receiver failed" and not parser.complete
+
+
 LATE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
 
 

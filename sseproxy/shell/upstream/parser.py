@@ -63,7 +63,7 @@ def _ignore(chunk: bytes) -> None:
 class ResponseParser:
     """Parses one response; `feed` returns what it did not consume.
 
-    Facts: `head` (the final head, once), `sink` (each body piece, set by the owner),
+    Facts: `head` (the final head, once), `sink` (the body bytes of each read, set by the owner),
     `complete` (the body ended by its framing), `error` (why the response is broken),
     `trailers`. 1xx interim heads (100, 102, 103, ...) are skipped: a proxy that has read the
     whole request body has nothing to continue, and early hints are advisory. 101 is refused.
@@ -86,6 +86,7 @@ class ResponseParser:
         self._remaining = 0  # Content-Length still to come
         self._tail = b""  # the last bytes fed, for a CRLF CRLF split across reads
         self._read_body = 0  # body bytes in the current read
+        self._pieces: list[bytes] = []  # the body pieces of the current read
         self._stall = 0  # chunked: bytes fed without body progress
         self._stray = False  # bytes followed the end in the read that completed the body
         self._trailer_bytes = 0
@@ -191,13 +192,31 @@ class ResponseParser:
         return data[ends[0] :] or data[-1:] if ends else data[-1:]
 
     def _execute(self, data: bytes) -> None:
+        refused: httptools.HttpParserError | None = None
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             if self.complete:  # bytes after the end: the response stands, they are stray
                 self._stray = True
-                return
-            self._refused(exc)
+            else:
+                refused = exc
+        pieces = self._pieces
+        if pieces:
+            self._deliver(pieces)
+        if refused is not None:
+            self._refused(refused)
+
+    def _deliver(self, pieces: list[bytes]) -> None:
+        """The body bytes of one read, as one piece: a bulk upstream packs dozens of chunks
+        in a read, and each piece costs the relay a write and a pass through the analysis."""
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        try:
+            self.sink(body)
+        except BaseException:
+            self.complete = False  # the body's end was parsed, but the receiver never took it
+            self._fail("the body's receiver failed")
+            raise  # the receiver's own bug, not the upstream's
 
     def _refused(self, exc: httptools.HttpParserError) -> None:
         if isinstance(exc, httptools.HttpParserCallbackError):
@@ -205,9 +224,9 @@ class ResponseParser:
             if isinstance(stop, _Stop):
                 self._fail(stop.why)
                 return
-            self._fail("the body's receiver failed")
+            self._fail("the parser's callback failed")
             if stop is not None:
-                raise stop from None  # the receiver's own bug, not the upstream's
+                raise stop from None  # our own bug, not the upstream's
             raise exc
         self._fail(f"upstream framing error: {exc}")
 
@@ -293,7 +312,7 @@ class ResponseParser:
 
     def on_body(self, body: bytes) -> None:
         self._read_body += len(body)
-        self.sink(body)
+        self._pieces.append(body)  # delivered once the read is parsed (`_deliver`)
 
     # No on_chunk_header / on_chunk_complete: httptools then makes no Python call per chunk.
 
