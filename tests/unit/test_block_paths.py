@@ -204,14 +204,14 @@ HOLE_BYTES = st.lists(
 ).map(b"".join)
 
 
-@given(HOLE_BYTES, HOLE_BYTES, st.booleans())
+@given(HOLE_BYTES, HOLE_BYTES, st.booleans(), st.integers(min_value=1, max_value=2))
 def test_chat_shape_pattern_and_scan_agree_whatever_the_holes_hold(
-    text: bytes, pad: bytes, block: bool
+    text: bytes, pad: bytes, block: bool, blocks: int
 ) -> None:
     shape = Shape.learn("message", CHAT_DATA, CHAT_HOLES)
     assert shape is not None
     data = CHAT_DATA.replace(b'"a"', b'"' + text + b'"').replace(b'"x"', b'"' + pad + b'"')
-    buf = b"data: " + data + b"\n\n" if block else data
+    buf = (b"data: " + data + b"\n\n") * blocks if block else data
     assert shape.match_block(buf, 0, len(buf), block) == shape._scan(buf, 0, len(buf), block)
 
 

@@ -210,6 +210,9 @@ class Shape:
         pattern = self.block_re if block else self.data_re
         found = (pattern or self._pattern(block)).fullmatch(buf, start, stop)
         if found is None:
+            head, tail = (self.block_head, self.block_tail) if block else (self.head, self.tail)
+            if buf.find(b"\n", start + len(head), stop - len(tail)) >= 0:
+                return None  # several blocks in one, or a raw line end in a string: refused
             return self._scan(buf, start, stop, block)
         if not self.has_text:
             return ""
