@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.shell.upstream.facts import LIMITS
-from sseproxy.shell.upstream.parser import Framing, ResponseParser
+from sseproxy.shell.upstream.parser import JOIN_BYTES, Framing, ResponseParser
 
 
 @dataclass
@@ -132,6 +132,20 @@ def test_the_chunks_of_one_read_reach_the_sink_as_one_piece() -> None:
     assert parser.feed(wire[:head_end]) == b""
     parser.feed(wire[head_end:])
     assert pieces == [b"".join(EVENTS)] and parser.complete
+
+
+def test_pieces_are_joined_up_to_the_bound_and_no_further() -> None:
+    # A transport keeps a whole piece it has sent only part of: joined pieces stay small.
+    parser = ResponseParser()
+    pieces: list[bytes] = []
+    parser.sink = pieces.append
+    small = [b"s" * (JOIN_BYTES // 4)] * 5
+    wire = chunked(*small, b"b" * JOIN_BYTES, b"t")
+    head_end = wire.index(b"\r\n\r\n") + 4
+    parser.feed(wire[:head_end])
+    parser.feed(wire[head_end:])
+    assert [len(p) for p in pieces] == [JOIN_BYTES, JOIN_BYTES // 4 + JOIN_BYTES, 1]
+    assert b"".join(pieces) == b"".join([*small, b"b" * JOIN_BYTES, b"t"])
 
 
 def test_a_receiver_that_fails_fails_the_response_and_its_error_passes() -> None:

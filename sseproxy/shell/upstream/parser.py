@@ -23,6 +23,8 @@ from .facts import LIMITS, Limits, bounded
 from .headers import head_refusal
 
 _END = b"\r\n\r\n"
+# The body pieces of one read are joined up to this size before they go to the relay.
+JOIN_BYTES = 64 * 1024
 # The last chunk and the trailer section, ending where the search ends.
 _LAST_CHUNK = re.compile(rb"(?:\A|\n)0+[ \t]*(?:;[^\r\n]*)?\r\n(?:[^\r\n]+\r\n)*\r\n\Z")
 
@@ -207,16 +209,30 @@ class ResponseParser:
             self._refused(refused)
 
     def _deliver(self, pieces: list[bytes]) -> None:
-        """The body bytes of one read, as one piece: a bulk upstream packs dozens of chunks
-        in a read, and each piece costs the relay a write and a pass through the analysis."""
-        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        pieces.clear()
+        """The body bytes of one read, small pieces joined: a bulk upstream packs dozens of
+        chunks in a read, and each piece costs the relay a write and a pass through the
+        analysis. Joined up to JOIN_BYTES only: a client's transport keeps the whole piece
+        it has sent only part of, so a big one pins more than the bytes it holds."""
         try:
-            self.sink(body)
+            if len(pieces) == 1:
+                self.sink(pieces[0])
+            else:
+                group: list[bytes] = []
+                size = 0
+                for piece in pieces:
+                    group.append(piece)
+                    size += len(piece)
+                    if size >= JOIN_BYTES:
+                        self.sink(group[0] if len(group) == 1 else b"".join(group))
+                        group, size = [], 0
+                if group:
+                    self.sink(group[0] if len(group) == 1 else b"".join(group))
         except BaseException:
             self.complete = False  # the body's end was parsed, but the receiver never took it
             self._fail("the body's receiver failed")
             raise  # the receiver's own bug, not the upstream's
+        finally:
+            pieces.clear()
 
     def _refused(self, exc: httptools.HttpParserError) -> None:
         if isinstance(exc, httptools.HttpParserCallbackError):
