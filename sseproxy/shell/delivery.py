@@ -75,7 +75,7 @@ class ClientDelivery:
             # A transport without limits: aiohttp's own waits stay as they were.
             with contextlib.suppress(AttributeError, NotImplementedError):
                 transport.set_write_buffer_limits(high=mark)
-            cap_send_buffer(transport, mark)
+            cap_send_buffer(transport, mark // 2)  # the kernel keeps twice what it is given
         self._chunked = response.chunked
         # Chunks may be framed and written here (`write_now`) once aiohttp has sent the head:
         # a chunked response, or an HTTP/1.0 one that ends with the connection.
@@ -194,7 +194,7 @@ class ClientDelivery:
 
 
 def cap_send_buffer(transport: Any, size: int) -> None:
-    """Cap the kernel's send buffer for the client at `size` (Linux keeps twice that).
+    """Cap the kernel's send buffer for the client (SO_SNDBUF `size`: Linux keeps twice it).
 
     Left alone it grows by itself to megabytes (tcp_wmem's maximum, 4 MiB by default), and
     every byte of it is relayed and analysed before a client that stopped reading pushes
