@@ -89,7 +89,7 @@ class ByteBudget:
 class Timeline:
     """A stream's chunks as the page draws them: (monotonic time, bytes, content deltas),
     at most TIMELINE_POINTS. Packed in arrays (20 bytes a point): as tuples of boxed
-    numbers, ~120 bytes a point, 2,000 streams of 400 chunks held ~100 MB."""
+    numbers, ~100 bytes a point, 2,000 streams of 400 chunks held ~80 MB."""
 
     __slots__ = ("deltas", "sizes", "times")
 

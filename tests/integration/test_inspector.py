@@ -155,7 +155,7 @@ def test_rows_carry_the_output_speed() -> None:
 
 
 def test_the_timeline_is_bounded_packed_and_shown_in_the_detail() -> None:
-    # 2,000 streams of 400 chunks held ~100 MB of timeline as tuples of boxed numbers.
+    # 2,000 streams of 400 chunks held ~80 MB of timeline as tuples of boxed numbers.
     import tracemalloc
 
     from sseproxy.shell.inspector import TIMELINE_POINTS
@@ -172,7 +172,7 @@ def test_the_timeline_is_bounded_packed_and_shown_in_the_detail() -> None:
     finally:
         tracemalloc.stop()
     assert len(v.timeline) == TIMELINE_POINTS
-    assert held <= 24 * TIMELINE_POINTS  # bytes per point; a tuple of three boxed numbers ~120
+    assert held <= 24 * TIMELINE_POINTS  # bytes per point; a tuple of three boxed numbers ~100
     assert v.detail()["timeline"][-1] == {"t_ms": 4998.0, "bytes": 4998, "content": 2}
 
 

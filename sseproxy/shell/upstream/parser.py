@@ -65,10 +65,11 @@ def _ignore(chunk: bytes) -> None:
 class ResponseParser:
     """Parses one response; `feed` returns what it did not consume.
 
-    Facts: `head` (the final head, once), `sink` (the body bytes of each read, set by the owner),
-    `complete` (the body ended by its framing), `error` (why the response is broken),
-    `trailers`. 1xx interim heads (100, 102, 103, ...) are skipped: a proxy that has read the
-    whole request body has nothing to continue, and early hints are advisory. 101 is refused.
+    Facts: `head` (the final head, once), `sink` (the body, set by the owner; a read's small
+    pieces joined), `complete` (the body ended by its framing), `error` (why the response is
+    broken), `trailers`. 1xx interim heads (100, 102, 103, ...) are skipped: a proxy that has
+    read the whole request body has nothing to continue, and early hints are advisory. 101 is
+    refused.
     """
 
     def __init__(self, *, no_body: bool = False, limits: Limits = LIMITS) -> None:
