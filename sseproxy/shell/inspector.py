@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -87,6 +88,32 @@ class ByteBudget:
         self.used -= size
 
 
+class Timeline:
+    """A stream's chunks as the page draws them: (monotonic time, bytes, content deltas),
+    at most TIMELINE_POINTS. Packed in arrays (20 bytes a point): as tuples of boxed
+    numbers, ~100 bytes a point, 2,000 streams of 400 chunks held ~80 MB."""
+
+    __slots__ = ("deltas", "sizes", "times")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.sizes = array("q")
+        self.deltas = array("I")
+
+    def add(self, at: float, size: int, deltas: int) -> None:
+        times = self.times
+        if len(times) < TIMELINE_POINTS:
+            times.append(at)
+            self.sizes.append(size)
+            self.deltas.append(deltas)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __iter__(self) -> Iterator[tuple[float, int, int]]:
+        return zip(self.times, self.sizes, self.deltas, strict=True)
+
+
 # `bytes` inside StreamView is its byte count: the type under another name.
 Bytes = bytes
 
@@ -111,7 +138,7 @@ class StreamView:
     interruption: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     injected: list[str] | None = None
-    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
     client_waits: list[tuple[float, float]] = field(default_factory=list)
     text: str | None = None
     tap: Any = None  # while streaming: the tap, for live byte counts

@@ -28,7 +28,7 @@ from ..core.pacing import Pacing
 from .budget import HeldBytes
 from .delivery import ClientDelivery, ContentWatch
 from .errors import Ended
-from .inspector import TIMELINE_POINTS, StreamView
+from .inspector import StreamView
 from .state import Timings
 
 # Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of
@@ -406,8 +406,7 @@ class Relay:
         parts.pacing.content(arrived, deltas)
         if parts.stalls is not None:
             parts.stalls.chunk(arrived, deltas)
-        if len(self._timeline) < TIMELINE_POINTS:
-            self._timeline.append((now, size, deltas))
+        self._timeline.add(now, size, deltas)
 
     def _recount(self) -> None:
         held = self.parts.delivery.held() + self._pending_bytes

@@ -154,6 +154,28 @@ def test_rows_carry_the_output_speed() -> None:
     assert inspector.streams["a"].row()["output_tokens_per_s"] == 61.25
 
 
+def test_the_timeline_is_bounded_packed_and_shown_in_the_detail() -> None:
+    # 2,000 streams of 400 chunks held ~80 MB of timeline as tuples of boxed numbers.
+    import tracemalloc
+
+    from sseproxy.shell.inspector import TIMELINE_POINTS
+
+    v = view("a")
+    v.timeline.add(v.start + 0.010, 120, 1)
+    assert v.detail()["timeline"] == [{"t_ms": 10.0, "bytes": 120, "content": 1}]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(TIMELINE_POINTS):  # one more than the bound, with the first
+            v.timeline.add(v.start + 1 + i / 1000, 1000 + i, i % 3)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(v.timeline) == TIMELINE_POINTS
+    assert held <= 24 * TIMELINE_POINTS  # bytes per point; a tuple of three boxed numbers ~100
+    assert v.detail()["timeline"][-1] == {"t_ms": 4998.0, "bytes": 4998, "content": 2}
+
+
 def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
     from sseproxy.shell.inspector import WAIT_SPANS
 

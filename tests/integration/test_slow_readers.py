@@ -127,3 +127,30 @@ async def test_a_client_that_stops_reading_longer_than_the_idle_timeout_is_not_a
     assert got == b"".join(body)
     [record] = await logs.wait(1)
     assert record["http_complete"] is True and record["interruption"]["reason"] == "upstream_closed"
+
+
+async def test_a_client_that_stops_reading_is_sent_little_more_than_its_mark(
+    upstream, make_proxy, logs
+) -> None:
+    """The kernel's send buffer for a client grows by itself to megabytes (Linux: up to
+    tcp_wmem's 4 MiB) and all of it is relayed and analysed before the client pushes back:
+    300 such clients cost seconds of the loop's time. The proxy caps it at about the mark,
+    so a client that reads nothing is sent at most about twice its mark (the kernel's, the
+    proxy's) and the read under way, plus what its own receive buffer takes."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(b) for b in blocks(128)]))  # 8 MB
+    client = await make_proxy(max_client_held_bytes=MARK)
+    held = client.app[STATE].held
+    sock = await stalled_client(client.server.port, 2)
+    try:
+        for _ in range(100):  # until the relay has paused its upstream for the client
+            await asyncio.sleep(0.05)
+            if held.total > 0 and client.app[STATE].active == 1:
+                break
+        await asyncio.sleep(0.3)  # anything the kernel would still take, it has taken
+    finally:
+        sock.close()
+    [record] = await logs.wait(1)
+    assert record["interruption"]["reason"] == "client_disconnected"
+    receive_buffer = 2 * 16 * 1024 + 64 * 1024  # what the client's kernel takes, at most
+    assert 0 < record["client_bytes"] <= 2 * MARK + ONE_READ + receive_buffer

@@ -177,6 +177,57 @@ def test_chat_shape_of_an_event_with_escaped_or_repeated_keys_is_refused() -> No
     assert shape.match(data.replace(b'"a"', b'"z\\"') + b"x") is None
 
 
+CHAT_DATA = b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}}],"obfuscation":"x"}'
+CHAT_HOLES = [(b'"content"', TEXT, "a"), (b'"obfuscation"', PAD, "x")]
+# Hole contents near the pattern's edges: escapes, quotes, controls, invalid UTF-8, non-ASCII.
+HOLE_BYTES = st.lists(
+    st.sampled_from(
+        [
+            b"a",
+            b"Z9",
+            b" ",
+            b'\\"',
+            b"\\\\",
+            b"\\u00e9",
+            b"\\n",
+            b'"',
+            b"\x01",
+            b"\xff",
+            "流".encode(),
+            b"\\",
+            b"-",
+            b"}",
+            b"\n",
+        ]
+    ),
+    max_size=6,
+).map(b"".join)
+
+
+@given(HOLE_BYTES, HOLE_BYTES, st.booleans(), st.integers(min_value=1, max_value=2))
+def test_chat_shape_pattern_and_scan_agree_whatever_the_holes_hold(
+    text: bytes, pad: bytes, block: bool, blocks: int
+) -> None:
+    shape = Shape.learn("message", CHAT_DATA, CHAT_HOLES)
+    assert shape is not None
+    data = CHAT_DATA.replace(b'"a"', b'"' + text + b'"').replace(b'"x"', b'"' + pad + b'"')
+    buf = (b"data: " + data + b"\n\n") * blocks if block else data
+    assert shape.match_block(buf, 0, len(buf), block) == shape._scan(buf, 0, len(buf), block)
+
+
+def test_the_usual_chat_delta_is_matched_by_the_pattern_alone(monkeypatch: Any) -> None:
+    shape = Shape.learn("message", CHAT_DATA, CHAT_HOLES)
+    assert shape is not None
+
+    def scan(*args: Any) -> None:
+        raise AssertionError("the per-byte scan ran")
+
+    monkeypatch.setattr(Shape, "_scan", scan)
+    block = b"data: " + CHAT_DATA.replace(b'"a"', '"流式 7"'.encode()) + b"\n\n"
+    assert shape.match_block(block, 0, len(block)) == "流式 7"
+    assert shape.match(CHAT_DATA.replace(b'"x"', b'"t1234"')) == "a"
+
+
 # -- Anthropic ------------------------------------------------------------------------------------
 
 ANTHROPIC_START = block(

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sseproxy.shell.upstream.facts import LIMITS
-from sseproxy.shell.upstream.parser import Framing, ResponseParser
+from sseproxy.shell.upstream.parser import JOIN_BYTES, Framing, ResponseParser
 
 
 @dataclass
@@ -132,7 +132,8 @@ def test_llhttp_reports_trailers_after_the_body_and_before_the_end() -> None:
     assert rest == b"" and parser.head is not None
     # A field is reported once the next line begins (it could have been folded).
     parser.feed(b"5\r\nhello\r\n0\r\nx-usage: 5\r\nx-more: 1\r\n")
-    assert seen == [(b"hello", 0, False)]
+    # the body of a read is delivered once the read is parsed: after the fields in it
+    assert seen == [(b"hello", 1, False)]
     assert (parser.trailers, parser.complete) == ([(b"x-usage", b"5")], False)
     assert parser.head.raw_headers[-1] == (b"transfer-encoding", b"chunked")  # not in the head
     parser.feed(b"\r\n")
@@ -142,6 +143,47 @@ def test_llhttp_reports_trailers_after_the_body_and_before_the_end() -> None:
 def test_a_content_length_trailer_is_a_framing_error_for_llhttp() -> None:
     got = parse([chunked(b"hello", trailers=b"content-length: 5\r\n")])
     assert not got.complete and got.error is not None and "Content-Length" in got.error
+
+
+def test_the_chunks_of_one_read_reach_the_sink_as_one_piece() -> None:
+    # A bulk upstream packs dozens of chunks in one read; the relay pays per piece it gets.
+    parser = ResponseParser()
+    pieces: list[bytes] = []
+    parser.sink = pieces.append
+    wire = chunked(*EVENTS)
+    head_end = wire.index(b"\r\n\r\n") + 4
+    assert parser.feed(wire[:head_end]) == b""
+    parser.feed(wire[head_end:])
+    assert pieces == [b"".join(EVENTS)] and parser.complete
+
+
+def test_pieces_are_joined_up_to_the_bound_and_no_further() -> None:
+    # A transport keeps a whole piece it has sent only part of: joined pieces stay small.
+    parser = ResponseParser()
+    pieces: list[bytes] = []
+    parser.sink = pieces.append
+    small = [b"s" * (JOIN_BYTES // 4)] * 5
+    wire = chunked(*small, b"b" * JOIN_BYTES, b"t")
+    head_end = wire.index(b"\r\n\r\n") + 4
+    parser.feed(wire[:head_end])
+    parser.feed(wire[head_end:])
+    assert [len(p) for p in pieces] == [JOIN_BYTES, JOIN_BYTES // 4 + JOIN_BYTES, 1]
+    assert b"".join(pieces) == b"".join([*small, b"b" * JOIN_BYTES, b"t"])
+
+
+def test_a_receiver_that_fails_fails_the_response_and_its_error_passes() -> None:
+    parser = ResponseParser()
+
+    def broken(piece: bytes) -> None:
+        raise KeyError("ours")
+
+    parser.sink = broken
+    wire = chunked(*EVENTS)
+    head_end = wire.index(b"\r\n\r\n") + 4
+    parser.feed(wire[:head_end])
+    with pytest.raises(KeyError):
+        parser.feed(wire[head_end:])
+    assert parser.error == "the body's receiver failed" and not parser.complete
 
 
 LATE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"

@@ -92,6 +92,9 @@ def is_plain_delta(obj: dict[str, Any]) -> bool:
 
 TEXT = 0  # the delta's text: decoded and returned
 PAD = 1  # a string nothing reads (OpenAI's `obfuscation`): only checked to be a valid string
+# What a hole's pattern takes: the usual strings, needing no check beyond UTF-8 (text) or none
+# (OpenAI's padding is letters and digits).
+_HOLE_RE = {TEXT: rb'([^"\\\x00-\x1f]*)', PAD: rb"[A-Za-z0-9]*"}
 # Shapes are learnt from events up to this size; real deltas are a few hundred bytes.
 SHAPE_MAX_BYTES = 4096
 
@@ -108,7 +111,17 @@ class Shape:
     proves it is one event: the literals hold no line end and the holes no control character.
     """
 
-    __slots__ = ("block_head", "block_tail", "head", "holes", "last", "tail")
+    __slots__ = (
+        "block_head",
+        "block_re",
+        "block_tail",
+        "data_re",
+        "has_text",
+        "head",
+        "holes",
+        "last",
+        "tail",
+    )
 
     def __init__(
         self,
@@ -124,6 +137,26 @@ class Shape:
         self.last = last  # the kind of the last hole
         self.tail = tail  # from the closing quote of the last hole to the end
         self.block_tail = tail + b"\n\n"
+        kinds = [kind for kind, _ in holes] + [last]
+        self.has_text = TEXT in kinds
+        assert kinds.count(TEXT) <= 1, "one text per delta: the pattern's group is its text"
+        # Compiled when first needed: a stream matches either events or blocks.
+        self.data_re: re.Pattern[bytes] | None = None
+        self.block_re: re.Pattern[bytes] | None = None
+
+    def _pattern(self, block: bool) -> re.Pattern[bytes]:
+        """The usual event in one C call: the literals around holes that hold no quote, no
+        backslash and no control byte (`_scan` takes the rest, escapes and all)."""
+        holes = b"".join(
+            _HOLE_RE[kind] + re.escape(literal) for kind, literal in (*self.holes, (self.last, b""))
+        )
+        if block:
+            pattern = self.block_re = re.compile(
+                re.escape(self.block_head) + holes + re.escape(self.block_tail)
+            )
+        else:
+            pattern = self.data_re = re.compile(re.escape(self.head) + holes + re.escape(self.tail))
+        return pattern
 
     @classmethod
     def learn(cls, name: str, data: bytes, holes: list[tuple[bytes, int, str]]) -> Shape | None:
@@ -173,7 +206,24 @@ class Shape:
 
     def match_block(self, buf: bytes, start: int, stop: int, block: bool = True) -> str | None:
         """The text of `buf[start:stop]` if it is exactly this shape's SSE block (with
-        `block`; else its data), else None. Inlined: this runs per event."""
+        `block`; else its data), else None. This runs per event."""
+        pattern = self.block_re if block else self.data_re
+        found = (pattern or self._pattern(block)).fullmatch(buf, start, stop)
+        if found is None:
+            head, tail = (self.block_head, self.block_tail) if block else (self.head, self.tail)
+            if buf.find(b"\n", start + len(head), stop - len(tail)) >= 0:
+                return None  # several blocks in one, or a raw line end in a string: refused
+            return self._scan(buf, start, stop, block)
+        if not self.has_text:
+            return ""
+        try:
+            return found.group(1).decode()
+        except UnicodeDecodeError:
+            return None
+
+    def _scan(self, buf: bytes, start: int, stop: int, block: bool) -> str | None:
+        """`match_block` for what its pattern leaves: strings with escapes (or quotes,
+        backslashes, control bytes where they must be refused), and no match at all."""
         if block:
             head, tail = self.block_head, self.block_tail
         else:

@@ -23,6 +23,8 @@ from .facts import LIMITS, Limits, bounded
 from .headers import head_refusal
 
 _END = b"\r\n\r\n"
+# The body pieces of one read are joined up to this size before they go to the relay.
+JOIN_BYTES = 64 * 1024
 # The last chunk and the trailer section, ending where the search ends.
 _LAST_CHUNK = re.compile(rb"(?:\A|\n)0+[ \t]*(?:;[^\r\n]*)?\r\n(?:[^\r\n]+\r\n)*\r\n\Z")
 
@@ -63,10 +65,11 @@ def _ignore(chunk: bytes) -> None:
 class ResponseParser:
     """Parses one response; `feed` returns what it did not consume.
 
-    Facts: `head` (the final head, once), `sink` (each body piece, set by the owner),
-    `complete` (the body ended by its framing), `error` (why the response is broken),
-    `trailers`. 1xx interim heads (100, 102, 103, ...) are skipped: a proxy that has read the
-    whole request body has nothing to continue, and early hints are advisory. 101 is refused.
+    Facts: `head` (the final head, once), `sink` (the body, set by the owner; a read's small
+    pieces joined), `complete` (the body ended by its framing), `error` (why the response is
+    broken), `trailers`. 1xx interim heads (100, 102, 103, ...) are skipped: a proxy that has
+    read the whole request body has nothing to continue, and early hints are advisory. 101 is
+    refused.
     """
 
     def __init__(self, *, no_body: bool = False, limits: Limits = LIMITS) -> None:
@@ -86,6 +89,7 @@ class ResponseParser:
         self._remaining = 0  # Content-Length still to come
         self._tail = b""  # the last bytes fed, for a CRLF CRLF split across reads
         self._read_body = 0  # body bytes in the current read
+        self._pieces: list[bytes] = []  # the body pieces of the current read
         self._stall = 0  # chunked: bytes fed without body progress
         self._stray = False  # bytes followed the end in the read that completed the body
         self._trailer_bytes = 0
@@ -191,13 +195,45 @@ class ResponseParser:
         return data[ends[0] :] or data[-1:] if ends else data[-1:]
 
     def _execute(self, data: bytes) -> None:
+        refused: httptools.HttpParserError | None = None
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             if self.complete:  # bytes after the end: the response stands, they are stray
                 self._stray = True
-                return
-            self._refused(exc)
+            else:
+                refused = exc
+        pieces = self._pieces
+        if pieces:
+            self._deliver(pieces)
+        if refused is not None:
+            self._refused(refused)
+
+    def _deliver(self, pieces: list[bytes]) -> None:
+        """The body bytes of one read, small pieces joined: a bulk upstream packs dozens of
+        chunks in a read, and each piece costs the relay a write and a pass through the
+        analysis. Joined up to JOIN_BYTES only: a client's transport keeps the whole piece
+        it has sent only part of, so a big one pins more than the bytes it holds."""
+        try:
+            if len(pieces) == 1:
+                self.sink(pieces[0])
+            else:
+                group: list[bytes] = []
+                size = 0
+                for piece in pieces:
+                    group.append(piece)
+                    size += len(piece)
+                    if size >= JOIN_BYTES:
+                        self.sink(group[0] if len(group) == 1 else b"".join(group))
+                        group, size = [], 0
+                if group:
+                    self.sink(group[0] if len(group) == 1 else b"".join(group))
+        except BaseException:
+            self.complete = False  # the body's end was parsed, but the receiver never took it
+            self._fail("the body's receiver failed")
+            raise  # the receiver's own bug, not the upstream's
+        finally:
+            pieces.clear()
 
     def _refused(self, exc: httptools.HttpParserError) -> None:
         if isinstance(exc, httptools.HttpParserCallbackError):
@@ -205,9 +241,9 @@ class ResponseParser:
             if isinstance(stop, _Stop):
                 self._fail(stop.why)
                 return
-            self._fail("the body's receiver failed")
+            self._fail("the parser's callback failed")
             if stop is not None:
-                raise stop from None  # the receiver's own bug, not the upstream's
+                raise stop from None  # our own bug, not the upstream's
             raise exc
         self._fail(f"upstream framing error: {exc}")
 
@@ -293,7 +329,7 @@ class ResponseParser:
 
     def on_body(self, body: bytes) -> None:
         self._read_body += len(body)
-        self.sink(body)
+        self._pieces.append(body)  # delivered once the read is parsed (`_deliver`)
 
     # No on_chunk_header / on_chunk_complete: httptools then makes no Python call per chunk.
 
