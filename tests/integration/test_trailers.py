@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from sseproxy.shell.upstream import LIMITS
-from tests.integration.fake_upstream import AwaitClose, Send
+from tests.integration.fake_upstream import AwaitClose, Close, Reset, Send
 from tests.streams import chat_chunk, sse
 
 PATH = "/v1/chat/completions"
@@ -82,9 +82,14 @@ async def read_chunked(reader: asyncio.StreamReader) -> Seen:
 
 
 async def exchange(
-    wire: Any, proxy_server: Any, upstream: bytes, te: bytes | None, extra: bytes = b""
+    wire: Any,
+    proxy_server: Any,
+    upstream: bytes,
+    te: bytes | None,
+    extra: bytes = b"",
+    then: Any = None,
 ) -> Seen:
-    wire.steps = [Send(upstream), AwaitClose()]
+    wire.steps = [Send(upstream), then or AwaitClose()]
     url = await proxy_server(wire.url, allow_inject=bool(extra))
     reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
     try:
@@ -207,3 +212,24 @@ async def test_trailers_are_bounded_in_count_and_size(
     else:
         assert record["interruption"]["reason"] == "upstream_protocol_error"
         assert "trailers" not in record
+
+
+@pytest.mark.parametrize("end", [Close(), Reset()], ids=["close", "reset"])
+@pytest.mark.parametrize(
+    "cut",
+    [b"", b"X-Usage: 5\r\n", b"X-Usage: 5"],
+    ids=["at-last-chunk", "after-a-field", "mid-field"],
+)
+async def test_an_upstream_cut_in_the_trailer_section_reaches_the_client_as_a_cut(
+    relay_mode: str, wire: Any, proxy_server: Any, logs: Any, cut: bytes, end: Any
+) -> None:
+    # the last chunk came, its trailer section never ended: the response is not complete,
+    # and the client must not be handed a clean end it could take for one
+    whole = chunked_response(USAGE)
+    upstream = whole[: whole.rindex(b"0\r\n") + 3] + cut
+    with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+        await exchange(wire, proxy_server, upstream, b"trailers", then=end)
+    [record] = await logs.wait(1)
+    assert record["state"] == "interrupted"
+    assert record["http_complete"] is False
+    assert not record.get("trailers_forwarded")  # nothing went to the client as a trailer
