@@ -19,6 +19,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidState, InvalidStatus, PayloadTooBig, ProtocolError
@@ -101,8 +102,8 @@ class UpstreamSocket(asyncio.Protocol):
     # -- transport callbacks ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.handshake.done() and len(self._head) < MAX_HEAD_KEPT:

@@ -9,6 +9,11 @@ from typing import Any
 
 import pytest
 
+try:
+    import uvloop
+except ImportError:  # not on Windows nor PyPy: asyncio's loop alone
+    uvloop = None  # type: ignore[assignment]
+
 from sseproxy import log
 from sseproxy.capture import load_capture
 from sseproxy.config import load
@@ -169,3 +174,18 @@ async def captured(client: Any, folder: Path) -> tuple[Path, dict[str, Any], byt
     [sidecar_path] = folder.glob("*.json")
     sidecar, body = load_capture(sidecar_path)
     return sidecar_path, sidecar, body
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async integration test runs on both loops the proxy ships with: asyncio's and
+    uvloop's (`event_loop = "auto"` picks uvloop where it is installed, as users run it).
+    uvloop differs in what the shell leans on (transports that do not subclass asyncio's,
+    the order of connection callbacks), which in-process tests on asyncio alone never saw."""
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop
+    }
+    if uvloop is not None:
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
