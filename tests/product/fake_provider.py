@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
 from aiohttp import WSMsgType, web
 
 from tests.corpus import file as corpus
@@ -58,8 +59,16 @@ def anthropic_overloaded() -> bytes:
             "usage": {"input_tokens": 3, "output_tokens": 1},
         },
     }
-    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hal"}}
+    block = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "Hal"},
+    }
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     return sse(
         ("message_start", start),
@@ -244,7 +253,12 @@ class FakeProvider:
         while (text := await self.receive_text(ws, seen)) is not None:
             if json.loads(text).get("type") != "response.create":
                 continue
-            response = {"id": "resp_1", "object": "realtime.response", "status": "in_progress", "output": []}
+            response = {
+                "id": "resp_1",
+                "object": "realtime.response",
+                "status": "in_progress",
+                "output": [],
+            }
             await ws.send_json({"type": "response.created", "event_id": "e1", "response": response})
             for n, piece in enumerate(["Hel", "lo"]):
                 delta = {
@@ -320,7 +334,9 @@ class FakeProvider:
             for piece in ["Hi ", "there"]:
                 content = {"serverContent": {"modelTurn": {"parts": [{"text": piece}]}}}
                 await ws.send_bytes(json.dumps(content).encode())
-            await ws.send_bytes(json.dumps({"serverContent": {"generationComplete": True}}).encode())
+            await ws.send_bytes(
+                json.dumps({"serverContent": {"generationComplete": True}}).encode()
+            )
             usage = {"promptTokenCount": 4, "responseTokenCount": 2, "totalTokenCount": 6}
             done = {"serverContent": {"turnComplete": True}, "usageMetadata": usage}
             await ws.send_bytes(json.dumps(done).encode())

@@ -80,7 +80,7 @@ class ProxyProcess:
         cwd: Path | None = None,
     ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SSEPROXY_")}
-        self.stderr: IO[bytes] = tempfile.TemporaryFile()
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         argv = [str(installed_command()), "--config", str(config), "--listen", "127.0.0.1:0"]
         self.proc = subprocess.Popen(
             [*argv, *args],

@@ -240,7 +240,11 @@ async def test_gemini_generate_content_stream(proxy: ProxyProcess, fake: FakePro
     direct = await gemini_text(fake.url, name)
     assert await gemini_text(proxy.url, name) == direct and direct
     [record] = await proxy.wait_records(asked(name))
-    assert (record["route"], record["dialect"], record["state"]) == ("gemini", "gemini", "completed")
+    assert (record["route"], record["dialect"], record["state"]) == (
+        "gemini",
+        "gemini",
+        "completed",
+    )
     assert record["text_chars"] == len(direct)
 
 
