@@ -21,6 +21,8 @@ from tests.product.fake_provider import FakeProvider
 from tests.product.proxy_process import ProxyProcess
 
 pytestmark = pytest.mark.product
+# Seconds any one client exchange may take: far above what it needs, only so nothing hangs.
+CLIENT_TIMEOUT = 30.0
 
 
 def model(kind: str) -> str:
@@ -37,14 +39,15 @@ async def chat(base_url: str, name: str) -> tuple[str, str | None]:
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
     text, finish = "", None
     try:
-        stream = await client.chat.completions.create(
-            model=name, messages=[{"role": "user", "content": "hi"}], stream=True
-        )
-        async for chunk in stream:
-            for choice in chunk.choices:
-                if choice.index == 0:
-                    text += choice.delta.content or ""
-                    finish = choice.finish_reason or finish
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            stream = await client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    if choice.index == 0:
+                        text += choice.delta.content or ""
+                        finish = choice.finish_reason or finish
     finally:
         await client.close()
     return text, finish
@@ -70,11 +73,14 @@ async def test_openai_chat_cut_mid_stream(proxy: ProxyProcess, fake: FakeProvide
     client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
     raised = None
     try:
-        stream = await client.chat.completions.create(
-            model=name, messages=[{"role": "user", "content": "hi"}], stream=True
-        )
-        async for chunk in stream:
-            text += "".join(c.delta.content or "" for c in chunk.choices if c.index == 0)
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            stream = await client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async for chunk in stream:
+                text += "".join(c.delta.content or "" for c in chunk.choices if c.index == 0)
+    except TimeoutError:
+        raise
     except Exception as exc:  # what an app sees: a raised error, or a short text
         raised = exc
     finally:
@@ -94,12 +100,13 @@ async def test_openai_responses_stream(proxy: ProxyProcess) -> None:
     client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
     text, final = "", None
     try:
-        stream = await client.responses.create(model=name, input="hi", stream=True)
-        async for event in stream:
-            if event.type == "response.output_text.delta":
-                text += event.delta
-            if event.type == "response.completed":
-                final = event.response
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            stream = await client.responses.create(model=name, input="hi", stream=True)
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+                if event.type == "response.completed":
+                    final = event.response
     finally:
         await client.close()
     assert final is not None and text == final.output_text and text
@@ -118,7 +125,7 @@ async def test_openai_realtime_connect(proxy: ProxyProcess) -> None:
     name = model("ok")
     client = openai.AsyncOpenAI(api_key="sk-test", base_url=proxy.url + "/v1", max_retries=0)
     text, status = "", None
-    async with asyncio.timeout(20), client.realtime.connect(model=name) as conn:
+    async with asyncio.timeout(CLIENT_TIMEOUT), client.realtime.connect(model=name) as conn:
         await conn.response.create()
         async for event in conn:
             if event.type == "response.output_text.delta":
@@ -151,7 +158,7 @@ async def test_openai_responses_connect(proxy: ProxyProcess) -> None:
     name = model("ok")
     client = openai.AsyncOpenAI(api_key="sk-test", base_url=proxy.url + "/v1", max_retries=0)
     text, status = "", None
-    async with asyncio.timeout(20), client.responses.connect() as conn:
+    async with asyncio.timeout(CLIENT_TIMEOUT), client.responses.connect() as conn:
         await conn.response.create(model=name, input="hi")
         async for event in conn:
             if event.type == "response.output_text.delta":
@@ -176,9 +183,12 @@ async def test_openai_responses_connect(proxy: ProxyProcess) -> None:
 async def anthropic_message(base_url: str, name: str) -> Any:
     client = anthropic.AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0)
     try:
-        async with client.messages.stream(
-            model=name, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
+        async with (
+            asyncio.timeout(CLIENT_TIMEOUT),
+            client.messages.stream(
+                model=name, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as stream,
+        ):
             return await stream.get_final_message()
     finally:
         await client.close()
@@ -211,11 +221,15 @@ async def test_anthropic_overloaded_after_200(proxy: ProxyProcess) -> None:
     client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=0)
     with pytest.raises(anthropic.APIError, match="Overloaded"):
         try:
-            stream = await client.messages.create(
-                model=name, max_tokens=10, messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            async for _ in stream:
-                pass
+            async with asyncio.timeout(CLIENT_TIMEOUT):
+                stream = await client.messages.create(
+                    model=name,
+                    max_tokens=10,
+                    messages=[{"role": "user", "content": "hi"}],
+                    stream=True,
+                )
+                async for _ in stream:
+                    pass
         finally:
             await client.close()
     [record] = await proxy.wait_records(asked(name))
@@ -229,7 +243,7 @@ async def test_anthropic_overloaded_after_200(proxy: ProxyProcess) -> None:
 async def gemini_text(base_url: str, name: str) -> str:
     client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=base_url))
     text = ""
-    async with client.aio as aio:
+    async with asyncio.timeout(CLIENT_TIMEOUT), client.aio as aio:
         async for chunk in await aio.models.generate_content_stream(model=name, contents="hi"):
             text += chunk.text or ""
     return text
@@ -285,7 +299,7 @@ async def test_gemini_live_connect(proxy: ProxyProcess) -> None:
     text = ""
     try:
         async with (
-            asyncio.timeout(20),
+            asyncio.timeout(CLIENT_TIMEOUT),
             client.aio.live.connect(model=name, config={"response_modalities": ["TEXT"]}) as live,
         ):
             await live.send_client_content(turns={"role": "user", "parts": [{"text": "hi"}]})
@@ -315,7 +329,7 @@ async def test_plain_websocket_session(proxy: ProxyProcess, fake: FakeProvider) 
     the upstream's close code and reason reach the client."""
     key = uuid.uuid4().hex
     got = []
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(CLIENT_TIMEOUT):
         async with websockets.connect(f"ws{proxy.url[4:]}/v1/echo?id={key}") as ws:
             got.append(await ws.recv())
             await ws.send("ping ü 1")

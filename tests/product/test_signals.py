@@ -26,6 +26,7 @@ pytestmark = pytest.mark.product
 WAIT = 20.0
 # What `sseproxy replay` exits with when the capture holds only part of the stream.
 EXIT_PARTIAL = 3
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=120)
 
 
 def held(kind: str = "hold") -> str:
@@ -68,7 +69,7 @@ async def test_sigterm_with_an_open_stream_and_an_open_session(
     proxy = launch()
     stream_model, session_model = held(), held()
     closed: websockets.ConnectionClosed | None = None
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as http:
         url = proxy.url + "/v1/chat/completions"
         async with http.post(url, json=chat_request(stream_model)) as response:
             assert response.status == 200
@@ -112,7 +113,8 @@ def sidecars(folder: Path) -> list[Path]:
 
 
 def body_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix != ".json")
+    files = folder.iterdir()
+    return sum(p.stat().st_size for p in files if p.suffix != ".json" and p.name[0] != ".")
 
 
 async def test_sigkill_during_a_capture_leaves_a_partial_capture(
@@ -125,7 +127,7 @@ async def test_sigkill_during_a_capture_leaves_a_partial_capture(
     folder.mkdir()
     proxy = launch(["--capture", str(folder)])
     name = held()
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as http:
         url = proxy.url + "/v1/chat/completions"
         async with http.post(url, json=chat_request(name)) as response:
             received = await read_events(response, len(HELD_CHAT_EVENTS))
@@ -154,3 +156,4 @@ async def test_sigkill_during_a_capture_leaves_a_partial_capture(
     lines = [json.loads(line) for line in replay.stdout.decode().splitlines()]
     events = [json.loads(line["data"]) for line in lines if set(line) == {"type", "data", "id"}]
     assert events == list(HELD_CHAT_EVENTS), output
+    assert lines[-1]["events"] == len(HELD_CHAT_EVENTS), output  # the verdict, of those events
