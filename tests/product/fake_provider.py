@@ -143,7 +143,8 @@ class FakeProvider:
         deadline = time.monotonic() + timeout
         while key not in self.sessions and time.monotonic() < deadline:
             time.sleep(0.01)
-        seen = self.sessions[key]
+        seen = self.sessions.get(key)
+        assert seen is not None, f"no WebSocket session for {key!r} reached the fake provider"
         seen.ended.wait(max(0.0, deadline - time.monotonic()))
         return seen
 
