@@ -22,7 +22,7 @@ from ..core import Dialect, ErrorInfo, State, Verdict
 from ..inspector_sessions import SessionRetention
 from ..metrics import Metrics
 from ..target import BadTarget, parse_target
-from . import accelerator
+from . import accelerator, ws_handshake
 from . import record as records
 from .admission import Refused, admit
 from .budget import HeldBytes
@@ -35,7 +35,7 @@ from .relay import analyse_backlog
 from .sinks import deliver, safecall
 from .state import Exchange, ProxyState
 from .upstream import UpstreamPool
-from .websocket import is_websocket, session
+from .websocket import session
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -69,6 +69,7 @@ async def send_own(request: web.Request, x: Exchange, refused: Refused) -> web.S
     response = own_response(
         x.facts.request_id, refused.status, refused.etype, refused.message, **refused.extra
     )
+    response.headers.update(refused.headers)
     if refused.close:
         response.force_close()
     try:
@@ -85,7 +86,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     try:
         try:
             x.facts = await admit(request, x, state, settings)
-            if is_websocket(request):
+            if ws_handshake.asks_for_websocket(request):
+                ws_handshake.check(request)  # before any upstream is contacted
                 return await session(request, x, state, settings)
             return await forward(request, x, state, settings)
         except Refused as refused:

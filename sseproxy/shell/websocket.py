@@ -103,19 +103,6 @@ def _exact_text_frames() -> bool:
 SESSIONS_SUPPORTED = _exact_text_frames()
 
 
-def is_websocket(request: web.Request) -> bool:
-    """An upgrade to WebSocket: the token and `Connection: upgrade`, any case."""
-    if request.method != "GET":
-        return False
-    upgrade = {
-        t.strip().lower() for v in request.headers.getall("Upgrade", []) for t in v.split(",")
-    }
-    connection = {
-        t.strip().lower() for v in request.headers.getall("Connection", []) for t in v.split(",")
-    }
-    return "websocket" in upgrade and "upgrade" in connection
-
-
 def _tokens(request: web.Request, name: str) -> list[str]:
     return [t.strip() for v in request.headers.getall(name, []) for t in v.split(",") if t.strip()]
 
