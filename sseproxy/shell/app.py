@@ -33,7 +33,7 @@ from .ledger import Ledger, LedgerLimits, Links
 from .record import PROXY_ERROR, proxy_error
 from .relay import analyse_backlog
 from .sinks import deliver, safecall
-from .state import Exchange, ProxyState
+from .state import Answerer, Exchange, ProxyState
 from .upstream import UpstreamPool
 from .websocket import session
 
@@ -64,7 +64,7 @@ def own_response(
 async def send_own(request: web.Request, x: Exchange, refused: Refused) -> web.StreamResponse:
     """Answer `refused` and end the response before the record is written."""
     p = x.progress
-    p.status, p.end = refused.status, refused.end
+    p.status, p.end, p.answered_by = refused.status, refused.end, Answerer.PROXY
     p.proxy_error = proxy_error(refused.etype, refused.message)
     response = own_response(
         x.facts.request_id, refused.status, refused.etype, refused.message, **refused.extra

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -148,6 +149,13 @@ class Timings:
         }
 
 
+class Answerer(StrEnum):
+    """Who made the response the client was sent (the record's `answered_by`)."""
+
+    PROXY = "proxy"  # the proxy's own answer: a refusal, or its 502/504 for an upstream failure
+    UPSTREAM = "upstream"  # the upstream's status and headers, relayed
+
+
 @dataclass
 class Progress:
     """What happened so far; the shell's only mutable per-request state."""
@@ -179,6 +187,7 @@ class Progress:
     proxy_error: ErrorInfo | None = None
     # A WebSocket session took over: it writes its own records (one per turn, the session's).
     upgraded: bool = False
+    answered_by: Answerer | None = None  # None: no response was sent
 
     def client_left(self, upstream_ended: bool) -> None:
         """The client went before the last byte: `http_complete` says what the proxy knows of

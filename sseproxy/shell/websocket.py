@@ -50,7 +50,7 @@ from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS, shown_headers
 from .sinks import deliver, safecall
-from .state import Exchange, Progress, ProxyState, Timings, new_request_id
+from .state import Answerer, Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, UpstreamFailed, forwardable, upstream_url
 from .ws_capture import Direction, Kind
@@ -219,7 +219,7 @@ async def session(
             end=EndReason.UPSTREAM_UNREACHABLE,
         ) from None
     x.progress.timings.headers = time.monotonic()
-    x.progress.status = handshake.status
+    x.progress.status, x.progress.answered_by = handshake.status, Answerer.UPSTREAM
     if handshake.status != 101:
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
@@ -587,7 +587,9 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
     facts = dataclasses.replace(
         x.facts, request_id=clock.request_id, started_at=clock.started_at, start=clock.timings.start
     )
-    progress = Progress(clock.timings, status=result.status or 101, span=clock.span)
+    progress = Progress(
+        clock.timings, status=result.status or 101, span=clock.span, answered_by=Answerer.UPSTREAM
+    )
     verdict = result.verdict
     try:
         record, rendered = records.build_rendered(

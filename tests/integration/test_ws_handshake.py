@@ -112,6 +112,7 @@ async def test_an_invalid_handshake_is_refused_before_any_upstream_is_contacted(
         etype,
     )
     assert headers["x-sseproxy-request-id"] == record["request_id"]
+    assert record["answered_by"] == "proxy"
     if expected == 426 or name == "no version":  # RFC 6455 §4.2.2: the version it speaks
         assert headers["sec-websocket-version"] == "13"
     if expected == 426:
