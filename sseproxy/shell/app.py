@@ -35,7 +35,7 @@ from .relay import analyse_backlog
 from .sinks import deliver, safecall
 from .state import Answerer, Exchange, ProxyState
 from .upstream import UpstreamPool
-from .websocket import session
+from .websocket import session, sessions_go_away
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -312,6 +312,7 @@ async def _detect_accelerator(app: web.Application) -> None:
 
 async def _mark_shutdown(app: web.Application) -> None:
     app[STATE].shutting_down = True
+    sessions_go_away(app[STATE], now=False)  # 1001 to both peers of every session between turns
 
 
 async def _drain_captures(app: web.Application) -> None:

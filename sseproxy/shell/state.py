@@ -4,13 +4,14 @@ shell's modules form no import cycle."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -214,6 +215,14 @@ class Progress:
             self.client_left(self.upstream_ended)
 
 
+class OpenSession(Protocol):
+    """An open WebSocket session as the proxy's stop sees it (websocket.Leaving)."""
+
+    task: asyncio.Task[Any] | None  # its handler
+
+    def go_away(self, now: bool) -> None: ...
+
+
 @dataclass
 class ProxyState:
     metrics: Metrics
@@ -230,6 +239,7 @@ class ProxyState:
     held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
+    sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id
 
 
 class _Random:
