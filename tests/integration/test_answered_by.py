@@ -15,6 +15,7 @@ from sseproxy.shell.app import STATE, create_app
 from sseproxy.shell.websocket import SESSIONS_SUPPORTED
 from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import AwaitClose, Script, Send, Sleep
+from tests.integration.test_inspector import snapshot_of
 from tests.integration.ws_upstream import WsUpstream
 
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -184,3 +185,24 @@ async def test_websocket_answers_the_upstreams_a_refused_handshake_the_proxys(
         (401, None, "upstream"),
         (400, None, "proxy"),
     ]
+
+
+async def test_the_inspector_keeps_the_proxys_refusals_apart_from_upstream_errors(
+    upstream, make_proxy, logs
+) -> None:
+    """Its rows say who answered and whether it was a refusal; the page counts `refused` rows
+    as `proxy_refused`, not `http_error`."""
+    fake, _ = upstream
+    fake.script("*", Script([Send(b'{"error":{"message":"busy"}}')], status=503))
+    client = await make_proxy()
+    upstream_error = await client.post(PATH, json={})
+    refusal = await client.get("/%0a")
+    assert (upstream_error.status, refusal.status) == (503, 400)
+    records = await logs.wait(2)
+    html = await (await client.get("/_sseproxy/")).text()
+    rows = {r["request_id"]: r for r in snapshot_of(html)}
+    shown = [rows[r["request_id"]] for r in records]
+    got = [(row["state"], row["answered_by"], row["refused"]) for row in shown]
+    assert got == [("http_error", "upstream", False), ("http_error", "proxy", True)]
+    assert 'const stateOf = s => s.refused ? "proxy_refused" : s.state;' in html
+    assert "counts[stateOf(s)]" in html
