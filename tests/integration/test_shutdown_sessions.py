@@ -171,6 +171,7 @@ class ThreadedUpstream:
         from websockets.sync.server import serve
 
         self.closes: list[int | None] = []
+        self.closed = threading.Event()
         self.server = serve(self._handle, "127.0.0.1", 0)
         self.port = self.server.socket.getsockname()[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -185,6 +186,7 @@ class ThreadedUpstream:
             pass
         rcvd = ws.protocol.close_rcvd
         self.closes.append(rcvd.code if rcvd is not None else None)
+        self.closed.set()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -217,7 +219,7 @@ def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace() -> 
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
     assert proxy.proc.returncode == 0, stderr
     assert "Traceback" not in stderr
-    assert up.closes == [1001]
+    assert up.closed.wait(TIMEOUT) and up.closes == [1001]
     [session] = [r for r in records if r["event"] == "session.finished"]
     assert (session["closed_by"], session["close_code"], session["end_reason"]) == (
         "proxy",
@@ -225,3 +227,38 @@ def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace() -> 
         "proxy_shutdown",
     )
     assert records[-1]["event"] == "proxy.stopped"
+
+
+def test_sigterm_cuts_a_turn_still_open_at_the_grace_with_1001_both_ways() -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    up = ThreadedUpstream()
+    try:
+        upstream = f"http://127.0.0.1:{up.port}"
+        with Proxy("--upstream", upstream, "--shutdown-grace", "1") as proxy:
+            proxy.wait_for("proxy.started")
+            url = f"ws://127.0.0.1:{proxy.port}/v1/realtime?model=m"
+            with connect(url, subprotocols=["realtime"], open_timeout=TIMEOUT) as ws:  # type: ignore[list-item]
+                ws.send(CREATED)
+                assert ws.recv(TIMEOUT) == CREATED  # the turn is open, and stays so
+                proxy.proc.send_signal(signal.SIGTERM)
+                with pytest.raises(ConnectionClosed) as closed:
+                    ws.recv(TIMEOUT)
+            records = proxy.finish()
+            stderr = proxy.stderr()
+    finally:
+        up.close()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    assert proxy.proc.returncode == 0, stderr
+    assert up.closed.wait(TIMEOUT) and up.closes == [1001]
+    [turn] = [r for r in records if r["event"] == "request.finished"]
+    [session] = [r for r in records if r["event"] == "session.finished"]
+    assert (turn["state"], turn["interruption"]["reason"]) == ("interrupted", "proxy_shutdown")
+    assert (session["closed_by"], session["close_code"], session["end_reason"]) == (
+        "proxy",
+        1001,
+        "proxy_shutdown",
+    )
+    stopped = records[-1]
+    assert (stopped["event"], stopped["cut_streams"]) == ("proxy.stopped", 1)
