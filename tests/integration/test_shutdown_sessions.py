@@ -192,7 +192,8 @@ class ThreadedUpstream:
         self.server.shutdown()
 
 
-def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace() -> None:
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace(loop: str) -> None:
     """A session between turns, and a grace far beyond the test's timeout: SIGTERM sends 1001
     both ways at once, the records are written and the process exits 0."""
     from websockets.exceptions import ConnectionClosed
@@ -201,8 +202,11 @@ def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace() -> 
     up = ThreadedUpstream()
     try:
         upstream = f"http://127.0.0.1:{up.port}"
-        with Proxy("--upstream", upstream, "--shutdown-grace", str(TIMEOUT * 4)) as proxy:
-            proxy.wait_for("proxy.started")
+        grace = str(TIMEOUT * 4)
+        with Proxy(
+            "--upstream", upstream, "--shutdown-grace", grace, "--event-loop", loop
+        ) as proxy:
+            assert proxy.wait_for("proxy.started")["event_loop"] == loop
             url = f"ws://127.0.0.1:{proxy.port}/v1/realtime?model=m"
             with connect(url, subprotocols=["realtime"], open_timeout=TIMEOUT) as ws:  # type: ignore[list-item]
                 ws.send(CREATED)
@@ -229,15 +233,16 @@ def test_sigterm_closes_open_sessions_with_1001_and_exits_before_the_grace() -> 
     assert records[-1]["event"] == "proxy.stopped"
 
 
-def test_sigterm_cuts_a_turn_still_open_at_the_grace_with_1001_both_ways() -> None:
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_sigterm_cuts_a_turn_still_open_at_the_grace_with_1001_both_ways(loop: str) -> None:
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     up = ThreadedUpstream()
     try:
         upstream = f"http://127.0.0.1:{up.port}"
-        with Proxy("--upstream", upstream, "--shutdown-grace", "1") as proxy:
-            proxy.wait_for("proxy.started")
+        with Proxy("--upstream", upstream, "--shutdown-grace", "1", "--event-loop", loop) as proxy:
+            assert proxy.wait_for("proxy.started")["event_loop"] == loop
             url = f"ws://127.0.0.1:{proxy.port}/v1/realtime?model=m"
             with connect(url, subprotocols=["realtime"], open_timeout=TIMEOUT) as ws:  # type: ignore[list-item]
                 ws.send(CREATED)
