@@ -40,8 +40,8 @@ def check(request: web.Request) -> None:
     """Raise `Refused` unless the request is a WebSocket opening handshake the proxy can
     complete: 400 for a missing or malformed field, 426 for another version than 13."""
 
-    def bad(message: str) -> Refused:
-        return Refused(400, "bad_websocket_handshake", message, close=True)
+    def bad(message: str, headers: dict[str, str] | None = None) -> Refused:
+        return Refused(400, "bad_websocket_handshake", message, close=True, headers=headers)
 
     if request.method != "GET":
         raise bad(f"a WebSocket handshake is a GET, not {request.method[:20]}")
@@ -53,9 +53,8 @@ def check(request: web.Request) -> None:
         raise bad("Sec-WebSocket-Key must be one base64-encoded 16-byte value")
     versions = [v.strip() for v in request.headers.getall("Sec-WebSocket-Version", [])]
     if not versions:
-        missing = bad("a WebSocket handshake needs `Sec-WebSocket-Version: 13`")
-        missing.headers = {"Sec-WebSocket-Version": VERSION}
-        raise missing
+        needed = "a WebSocket handshake needs `Sec-WebSocket-Version: 13`"
+        raise bad(needed, {"Sec-WebSocket-Version": VERSION})
     if versions != [VERSION]:
         raise Refused(
             426,
