@@ -5,7 +5,9 @@ after cancelling them), so streams were cut at about twice the grace and Docker'
 killed the process before it wrote its records. Here the first signal stops accepting and gives
 in-flight requests `shutdown_grace` seconds from that signal; then every remaining handler is
 cancelled (it writes its record as `proxy_shutdown`) and the process exits. A second signal cuts
-at once.
+at once. WebSocket sessions are never cut without a close frame: at the first signal each one
+between turns is sent close 1001 ("going away") both ways, each with a turn open when its turns
+end, and at the cut every one still open, with `SESSION_CLOSE_WAIT` for the handshakes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from . import __version__, admin, log
 from .config import Settings
 from .shell import accelerator
 from .shell.app import OWN_PREFIX, STATE, create_app, is_loopback
+from .shell.websocket import sessions_go_away
 
 logger = structlog.get_logger("sseproxy")
 
@@ -41,6 +44,9 @@ SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 DEFAULT_BACKLOG = 4096
 # How long cancelled handlers get to write their records before the process goes on exiting.
 CUT_WAIT = 1.0
+# How long WebSocket peers get to answer the proxy's close 1001 at the cut (a round trip to a
+# provider is ~0.1-0.3 s); the grace, this and CUT_WAIT together stay within Docker's 10 s.
+SESSION_CLOSE_WAIT = 0.5
 EXIT_CANNOT_LISTEN = 1
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -106,10 +112,15 @@ class InFlight:
 
         return track
 
-    def cancel_all(self) -> int:
-        for task in self.tasks:
+    def cancel_all(
+        self, spare: set[asyncio.Task[Any]] | frozenset[asyncio.Task[Any]] = frozenset()
+    ) -> int:
+        """Cancel every handler but those in `spare` and those already cancelled (a second
+        cancel would interrupt the records they are writing); returns how many."""
+        cut = [task for task in self.tasks if task not in spare and not task.cancelling()]
+        for task in cut:
             task.cancel()
-        return len(self.tasks)
+        return len(cut)
 
 
 class Signals:
@@ -251,16 +262,31 @@ async def stop(
         in_flight=len(inflight.tasks),
         grace_seconds=grace,
     )
-    await runner.shutdown()  # on_shutdown: mark the state as shutting down, end inspector feeds
+    # on_shutdown: mark the state as shutting down (WebSocket sessions between turns close with
+    # 1001), end inspector feeds
+    await runner.shutdown()
     remaining = signals.first_at + grace - loop.time()
     if not signals.again.is_set() and remaining > 0:
         await first_of(inflight.idle.wait(), signals.again.wait(), timeout=remaining)
-    cut = inflight.cancel_all()
-    if cut:
-        # Each cancelled handler writes its record (`proxy_shutdown`) as it unwinds.
-        await first_of(inflight.idle.wait(), timeout=CUT_WAIT)
+    cutting = await cut_remaining(app, inflight)
     await runner.cleanup()  # close idle connections, on_cleanup: drain captures, close session
-    logger.info("proxy.stopped", cut_streams=cut, second_signal=signals.again.is_set())
+    logger.info("proxy.stopped", cut_streams=len(cutting), second_signal=signals.again.is_set())
+
+
+async def cut_remaining(app: web.Application, inflight: InFlight) -> set[asyncio.Task[Any]]:
+    """The grace is over: every WebSocket session still open is sent close 1001 both ways
+    and gets `SESSION_CLOSE_WAIT` for the closing handshakes; every other handler is cancelled
+    at once, then whatever is left. Each handler writes its records (`proxy_shutdown`) as it
+    unwinds, within `CUT_WAIT`. Returns the handlers that were still running."""
+    running = set(inflight.tasks)
+    if not running:
+        return running
+    closing = sessions_go_away(app[STATE], now=True)
+    if inflight.cancel_all(spare=closing) < len(running):
+        await first_of(inflight.idle.wait(), timeout=SESSION_CLOSE_WAIT)
+    inflight.cancel_all()  # sessions whose peers did not answer in time
+    await first_of(inflight.idle.wait(), timeout=CUT_WAIT)
+    return running
 
 
 async def first_of(*aws: Awaitable[Any], timeout: float) -> None:

@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     route LowCardinality(Nullable(String)),
     upstream Nullable(String),
     status Nullable(UInt16),
+    answered_by LowCardinality(Nullable(String)),  -- proxy, upstream; null: nothing was sent
     content_type LowCardinality(Nullable(String)),
     model LowCardinality(Nullable(String)),
     response_model LowCardinality(Nullable(String)),
@@ -70,7 +71,12 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     trailers Nullable(String),              -- JSON {name: value} of the upstream's trailers
     trailers_forwarded Nullable(String),    -- JSON array of the names the client got
 
-    -- The keys the report groups by, computed once at insert.
+    -- The keys the report groups by, computed once at insert. The proxy's own refusals
+    -- (answered by the proxy, nothing cut) are the report's `proxy_refused`, apart from the
+    -- upstream's errors.
+    state_key LowCardinality(String) MATERIALIZED
+        if(state = 'http_error' AND ifNull(answered_by, '') = 'proxy' AND interruption IS NULL,
+           'proxy_refused', state),
     model_key LowCardinality(String) MATERIALIZED
         if(ifNull(model, '') != '', substringUTF8(model, 1, 200),
            if(ifNull(response_model, '') != '', substringUTF8(response_model, 1, 200), '-')),
@@ -112,6 +118,7 @@ CREATE TABLE IF NOT EXISTS sseproxy.sessions
     close_reason Nullable(String),
     closed_by LowCardinality(Nullable(String)),  -- client, upstream, proxy
     close_frame Nullable(Bool),
+    end_reason LowCardinality(Nullable(String)),  -- proxy_shutdown, upstream_closed, ...
     duration_ms Nullable(Float64),
     turns Nullable(UInt32),
     states Map(LowCardinality(String), UInt64),  -- turns per state

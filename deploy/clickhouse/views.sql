@@ -1,10 +1,11 @@
 -- The queries behind `sseproxy report`, as views over sseproxy.requests. Each one gives the
 -- rows of one table of `sseproxy report --json`, ordered the same way. A failure is a request
--- whose client saw an error: failed, interrupted or http_error. Filter a time window with
+-- whose client saw an error: failed, interrupted or http_error (the proxy's own refusals,
+-- state_key `proxy_refused`, are not). Filter a time window with
 -- `SELECT ... FROM sseproxy.requests WHERE timestamp >= ...` and the same expressions.
 
 CREATE OR REPLACE VIEW sseproxy.requests_by_state AS
-SELECT state, count() AS requests
+SELECT state_key AS state, count() AS requests
 FROM sseproxy.requests
 GROUP BY state
 ORDER BY requests DESC, state;
@@ -14,7 +15,7 @@ SELECT
     model_key AS model,
     route_key AS route,
     count() AS requests,
-    countIf(state IN ('failed', 'interrupted', 'http_error')) AS failures,
+    countIf(state_key IN ('failed', 'interrupted', 'http_error')) AS failures,
     round(failures / requests, 4) AS failure_rate
 FROM sseproxy.requests
 GROUP BY model, route
@@ -24,7 +25,7 @@ CREATE OR REPLACE VIEW sseproxy.failure_rate_by_model AS
 SELECT
     model_key AS model,
     count() AS requests,
-    countIf(state IN ('failed', 'interrupted', 'http_error')) AS failures,
+    countIf(state_key IN ('failed', 'interrupted', 'http_error')) AS failures,
     round(failures / requests, 4) AS failure_rate
 FROM sseproxy.requests
 GROUP BY model
@@ -34,7 +35,7 @@ CREATE OR REPLACE VIEW sseproxy.failure_rate_by_route AS
 SELECT
     route_key AS route,
     count() AS requests,
-    countIf(state IN ('failed', 'interrupted', 'http_error')) AS failures,
+    countIf(state_key IN ('failed', 'interrupted', 'http_error')) AS failures,
     round(failures / requests, 4) AS failure_rate
 FROM sseproxy.requests
 GROUP BY route
@@ -85,12 +86,12 @@ LIMIT 20;
 -- rest; the slowest first within each.
 CREATE OR REPLACE VIEW sseproxy.worst_requests AS
 SELECT
-    timestamp, request_id, state, model_key AS model, route_key AS route, status, duration_ms,
-    interruption_reason, error_type, anomalies
+    timestamp, request_id, state_key AS state, model_key AS model, route_key AS route, status,
+    duration_ms, interruption_reason, error_type, anomalies
 FROM sseproxy.requests
 ORDER BY
-    multiIf(state = 'interrupted', 4, state = 'failed', 3, state = 'http_error', 2,
-            state = 'unconfirmed', 1, 0) DESC,
+    multiIf(state_key = 'interrupted', 4, state_key = 'failed', 3, state_key = 'http_error', 2,
+            state_key = 'unconfirmed', 1, 0) DESC,
     ifNull(duration_ms, 0) DESC,
     timestamp
 LIMIT 10;

@@ -19,6 +19,7 @@ COLORS = {
     "failed": "#c0392b",
     "interrupted": "#e4572e",
     "http_error": "#8e44ad",
+    "proxy_refused": "#b58ab8",
     "(other)": "#444444",
 }
 MODELS_PLOTTED = 8

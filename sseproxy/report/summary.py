@@ -20,7 +20,13 @@ from .lines import TooLong
 V = TypeVar("V")
 Table: TypeAlias = BoundedTable[str, V]
 
-# The states in the order people read them; FAILURES are those in which a client saw an error.
+# The proxy's own refusals (`answered_by: proxy` with no cut: no route, a bad target, a refused
+# handshake, too large, overloaded, ...): counted apart from the upstream's errors, never as a
+# failure of a model or a route. The proxy's 502/504 for an upstream that failed before its head
+# carries the cut and stays an `http_error`.
+PROXY_REFUSED = "proxy_refused"
+# The states in the order people read them; FAILURES are those in which a client saw an error
+# from the upstream, or from the proxy standing in for one that failed.
 STATES = (
     "completed",
     "incomplete",
@@ -29,6 +35,7 @@ STATES = (
     "failed",
     "interrupted",
     "http_error",
+    PROXY_REFUSED,
 )
 FAILURES = frozenset({"failed", "interrupted", "http_error"})
 TIMELINE_STATES = (*STATES, OTHER)
@@ -227,7 +234,7 @@ class Summary:
         if self._outside(moment):
             return
         self.records += 1
-        state = _key(record.get("state"))
+        state = state_of(record)
         self.states.row(state).n += 1
         if state not in self.states.rows:  # beyond the bound: (other) in every table
             state = OTHER
@@ -255,6 +262,13 @@ class Summary:
             self.timeline.add(moment.timestamp(), index)
         rank = (float(SEVERITY.get(state, 0)), duration or 0.0)
         self.worst.offer(rank, lambda: worst_of(record, state, model, route, duration))
+
+
+def state_of(record: dict[str, Any]) -> str:
+    """The record's state, with the proxy's own refusals apart from the upstream's errors."""
+    state = _key(record.get("state"))
+    refused = record.get("answered_by") == "proxy" and record.get("interruption") is None
+    return PROXY_REFUSED if refused and state == "http_error" else state
 
 
 def _add_anomalies(table: Table[AnomalyCounts], anomalies: Any) -> None:

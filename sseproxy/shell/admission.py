@@ -5,6 +5,7 @@ stream slot; any refusal is a `Refused` the handler turns into the proxy's own r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,7 @@ class Refused(Exception):
         *,
         end: EndReason = EndReason.END_OF_INPUT,
         close: bool = False,
+        headers: Mapping[str, str] | None = None,
         **extra: Any,
     ) -> None:
         super().__init__(message)
@@ -37,6 +39,7 @@ class Refused(Exception):
         self.message = message
         self.end = end
         self.close = close  # the connection cannot be reused (a body left unread)
+        self.headers = headers or {}  # beside the request id (426's Sec-WebSocket-Version)
         self.extra = extra
 
 

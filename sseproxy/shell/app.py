@@ -22,7 +22,7 @@ from ..core import Dialect, ErrorInfo, State, Verdict
 from ..inspector_sessions import SessionRetention
 from ..metrics import Metrics
 from ..target import BadTarget, parse_target
-from . import accelerator
+from . import accelerator, ws_handshake
 from . import record as records
 from .admission import Refused, admit
 from .budget import HeldBytes
@@ -33,9 +33,9 @@ from .ledger import Ledger, LedgerLimits, Links
 from .record import PROXY_ERROR, proxy_error
 from .relay import analyse_backlog
 from .sinks import deliver, safecall
-from .state import Exchange, ProxyState
+from .state import Answerer, Exchange, ProxyState
 from .upstream import UpstreamPool
-from .websocket import is_websocket, session
+from .websocket import session, sessions_go_away
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -64,11 +64,12 @@ def own_response(
 async def send_own(request: web.Request, x: Exchange, refused: Refused) -> web.StreamResponse:
     """Answer `refused` and end the response before the record is written."""
     p = x.progress
-    p.status, p.end = refused.status, refused.end
+    p.status, p.end, p.answered_by = refused.status, refused.end, Answerer.PROXY
     p.proxy_error = proxy_error(refused.etype, refused.message)
     response = own_response(
         x.facts.request_id, refused.status, refused.etype, refused.message, **refused.extra
     )
+    response.headers.update(refused.headers)
     if refused.close:
         response.force_close()
     try:
@@ -85,7 +86,8 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     try:
         try:
             x.facts = await admit(request, x, state, settings)
-            if is_websocket(request):
+            if ws_handshake.asks_for_websocket(request):
+                ws_handshake.check(request)  # before any upstream is contacted
                 return await session(request, x, state, settings)
             return await forward(request, x, state, settings)
         except Refused as refused:
@@ -310,6 +312,7 @@ async def _detect_accelerator(app: web.Application) -> None:
 
 async def _mark_shutdown(app: web.Application) -> None:
     app[STATE].shutting_down = True
+    sessions_go_away(app[STATE], now=False)  # 1001 to both peers of every session between turns
 
 
 async def _drain_captures(app: web.Application) -> None:

@@ -26,6 +26,7 @@ from .errors import CLIENT_IO, Ended
 from .inspector import CONTENT_CHARS, StreamView
 from .record import NO_BODY_STATUSES
 from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
+from .state import Answerer
 from .tapping import open_tap, tap_options
 from .upstream import (
     LIMITS,
@@ -146,7 +147,7 @@ async def respond(
     """Start the client's response, relay, end it as the upstream's ended."""
     p = x.progress
     p.timings.headers = time.monotonic()
-    p.status = upstream.status
+    p.status, p.answered_by = upstream.status, Answerer.UPSTREAM
     begin(request, x, state, settings, upstream)
     response = client_response(request, x, upstream)
     transform: Identity | Drill = Identity()

@@ -156,6 +156,14 @@ class StreamView:
     secrets: Secrets = NO_SECRETS
     session_id: str | None = None  # a WebSocket session's turn: the row goes under the session's
     turn: int | None = None
+    answered_by: str | None = None  # the record's: proxy, upstream, or None
+
+    @property
+    def refused(self) -> bool:
+        """The proxy's own refusal (no route, bad target, ...): counted apart from the
+        upstream's errors, as `sseproxy report` does (its 502 for an unreachable upstream
+        carries the cut and is not one)."""
+        return self.state == "http_error" and self.answered_by == "proxy" and not self.interruption
 
     def chunk(self, data: Bytes, arrived: float) -> None:
         """The relay fed the tap this chunk at `arrived` (monotonic): keep it, within bounds.
@@ -208,6 +216,8 @@ class StreamView:
             "route": self.route,
             "session_id": self.session_id,
             "turn": self.turn,
+            "answered_by": self.answered_by,
+            "refused": self.refused,
         }
 
     def client_wait(self, began: float, ended: float) -> None:
@@ -395,6 +405,7 @@ class Inspector:
             "interruption",
             "error",
             "injected",
+            "answered_by",
         ):
             if key in record:
                 setattr(view, key, record[key])

@@ -44,6 +44,11 @@ def verdict_of(
     end = progress.end
     tap = progress.tap
     verdict = close_tap(tap, end, progress.http_complete)
+    if "empty_body" in verdict.anomalies and (tap is None or no_body_due(facts, progress)):
+        # Nothing to analyse was due (HEAD, 204, 304, 1xx) or none was taken (the proxy's
+        # own answer, or no answer at all): an empty body says nothing here.
+        anomalies = {k: n for k, n in verdict.anomalies.items() if k != "empty_body"}
+        verdict = verdict.replace(anomalies=anomalies)
     pacing = paced(progress, verdict, content_timeout)
     names = list(pacing.anomalies) if pacing is not None else []
     if progress.bytes_after_end:
@@ -60,6 +65,17 @@ def verdict_of(
     if findings:
         verdict = with_anomalies(verdict, findings)
     return verdict, pacing
+
+
+def no_body_due(facts: RequestFacts, progress: Progress) -> bool:
+    """The response carries no body by definition (RFC 9110 §6.4.1): a HEAD's, a 1xx, 204
+    or 304 (a turn's 101 never comes here: its record is built from its messages)."""
+    status = progress.status
+    return (
+        facts.method == "HEAD"
+        or status in NO_BODY_STATUSES
+        or (status is not None and 100 <= status < 200)
+    )
 
 
 def with_anomalies(verdict: Verdict, found: Mapping[str, int]) -> Verdict:
@@ -161,6 +177,7 @@ def build_rendered(
         "route": route.name if route else None,
         "upstream": route.upstream if route else None,
         "status": progress.status,
+        "answered_by": progress.answered_by,
         "content_type": progress.content_type,
         "model": facts.asked.model,
         "response_model": response_model,
@@ -224,6 +241,7 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
                     "method": facts.method,
                     "path": facts.path,
                     "status": progress.status,
+                    "answered_by": progress.answered_by,
                     "state": str(State.UNCONFIRMED),
                     "interruption": {"reason": str(progress.end), "partial_event_bytes": 0},
                     "anomalies": {RECORD_ERROR: 1},

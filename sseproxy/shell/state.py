@@ -4,12 +4,14 @@ shell's modules form no import cycle."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -148,6 +150,13 @@ class Timings:
         }
 
 
+class Answerer(StrEnum):
+    """Who made the response the client was sent (the record's `answered_by`)."""
+
+    PROXY = "proxy"  # the proxy's own answer: a refusal, or its 502/504 for an upstream failure
+    UPSTREAM = "upstream"  # the upstream's status and headers, relayed
+
+
 @dataclass
 class Progress:
     """What happened so far; the shell's only mutable per-request state."""
@@ -179,6 +188,7 @@ class Progress:
     proxy_error: ErrorInfo | None = None
     # A WebSocket session took over: it writes its own records (one per turn, the session's).
     upgraded: bool = False
+    answered_by: Answerer | None = None  # None: no response was sent
 
     def client_left(self, upstream_ended: bool) -> None:
         """The client went before the last byte: `http_complete` says what the proxy knows of
@@ -205,6 +215,14 @@ class Progress:
             self.client_left(self.upstream_ended)
 
 
+class OpenSession(Protocol):
+    """An open WebSocket session as the proxy's stop sees it (websocket.Leaving)."""
+
+    task: asyncio.Task[Any] | None  # its handler
+
+    def go_away(self, now: bool) -> None: ...
+
+
 @dataclass
 class ProxyState:
     metrics: Metrics
@@ -221,6 +239,7 @@ class ProxyState:
     held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
+    sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id
 
 
 class _Random:

@@ -50,7 +50,7 @@ from .admission import Refused, via_entry
 from .forward import REQUEST_ID_HEADER
 from .inspector import CONTENT_CHARS, shown_headers
 from .sinks import deliver, safecall
-from .state import Exchange, Progress, ProxyState, Timings, new_request_id
+from .state import Answerer, Exchange, Progress, ProxyState, Timings, new_request_id
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, UpstreamFailed, forwardable, upstream_url
 from .ws_capture import Direction, Kind
@@ -86,6 +86,10 @@ MAX_NAME_CHARS = 100
 RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
+# The close both peers get when the proxy stops (RFC 6455 §7.4.1: 1001, "going away"); clients
+# reconnect on it (openai-python does on 1001), where a cut (1006) reads as a failure.
+GOING_AWAY = 1001
+GOING_AWAY_REASON = "sseproxy is stopping"
 
 
 def _exact_text_frames() -> bool:
@@ -101,19 +105,6 @@ def _exact_text_frames() -> bool:
 
 # Checked once, against the aiohttp this process runs.
 SESSIONS_SUPPORTED = _exact_text_frames()
-
-
-def is_websocket(request: web.Request) -> bool:
-    """An upgrade to WebSocket: the token and `Connection: upgrade`, any case."""
-    if request.method != "GET":
-        return False
-    upgrade = {
-        t.strip().lower() for v in request.headers.getall("Upgrade", []) for t in v.split(",")
-    }
-    connection = {
-        t.strip().lower() for v in request.headers.getall("Connection", []) for t in v.split(",")
-    }
-    return "websocket" in upgrade and "upgrade" in connection
 
 
 def _tokens(request: web.Request, name: str) -> list[str]:
@@ -162,6 +153,7 @@ class Session:
     capture: SessionCapture | None = None  # with --capture: every message, for replay and mock
     view: SessionView | None = None  # the inspector's row, fed one entry per message
     turn_now: int | None = None  # the turn the message just judged belongs to
+    leaving: Leaving | None = None  # its way out when the proxy stops
 
     @property
     def turns(self) -> int:
@@ -184,6 +176,48 @@ class Session:
         sent = self.pings.pop(("u" if direction == "c" else "c", payload), None)
         if sent is not None and len(self.ping_ms) < MAX_PING_TIMES:
             self.ping_ms.append(round((now - sent) * 1000, 3))
+
+
+class Leaving:
+    """A session's way out when the proxy stops: close 1001 sent to both peers, at once when
+    no turn is open (or when `now`: the grace is over), else as soon as its open turns end.
+    The closing handshakes are then awaited by the session, within the proxy's cut."""
+
+    def __init__(self, ws: web.WebSocketResponse, up: UpstreamSocket, s: Session) -> None:
+        self.ws, self.up, self.s = ws, up, s
+        self.task = asyncio.current_task()  # the session's handler
+        self.asked = False
+        self.closing: asyncio.Task[None] | None = None
+
+    def go_away(self, now: bool) -> None:
+        self.asked = True
+        turn_open = bool(self.s.judge.open) and not self.s.blind
+        if self.closing is None and (now or not turn_open):
+            self.closing = asyncio.get_running_loop().create_task(self._close())
+
+    async def _close(self) -> None:
+        s = self.s
+        if not s.closed("proxy", GOING_AWAY, GOING_AWAY_REASON, True, EndReason.PROXY_SHUTDOWN):
+            return  # a peer closed first: that closing handshake is under way
+        await asyncio.gather(
+            self.up.send(Control("close", code=GOING_AWAY, reason=GOING_AWAY_REASON)),
+            _close_client(self.ws, GOING_AWAY, GOING_AWAY_REASON),
+        )
+
+    def stop(self) -> None:
+        if self.closing is not None and not self.closing.done():
+            self.closing.cancel()
+
+
+def sessions_go_away(state: ProxyState, now: bool) -> set[asyncio.Task[Any]]:
+    """The proxy stops: every open session closes with 1001 both ways (`now`: also those with a
+    turn open). Returns the sessions' handler tasks, which end once both peers answered."""
+    tasks: set[asyncio.Task[Any]] = set()
+    for leaving in list(state.sessions.values()):
+        leaving.go_away(now)
+        if leaving.task is not None:
+            tasks.add(leaving.task)
+    return tasks
 
 
 async def session(
@@ -232,7 +266,7 @@ async def session(
             end=EndReason.UPSTREAM_UNREACHABLE,
         ) from None
     x.progress.timings.headers = time.monotonic()
-    x.progress.status = handshake.status
+    x.progress.status, x.progress.answered_by = handshake.status, Answerer.UPSTREAM
     if handshake.status != 101:
         return await _rejected(request, x, handshake)
     spec = session_spec(request.path)
@@ -260,6 +294,7 @@ async def session(
         ws.headers.add(name, value)
     ws.headers[REQUEST_ID_HEADER] = facts.request_id
     x.progress.upgraded = True
+    s.leaving = leaving = Leaving(ws, upstream, s)
     try:
         await ws.prepare(request)
         s.capture = ws_capture.start(state, facts.request_id, time.monotonic())
@@ -268,13 +303,21 @@ async def session(
             _from_client(ws, upstream, s, state, x),
             _from_upstream(request, ws, upstream, s, state, x),
         )
-        await asyncio.gather(*(_peer_may_leave(d, upstream, s) for d in both))
+        pumps = asyncio.gather(*(_peer_may_leave(d, upstream, s) for d in both))
+        state.sessions[facts.request_id] = leaving
+        if state.shutting_down:  # opened as the proxy began to stop
+            leaving.go_away(now=False)
+        await pumps
+        if leaving.closing is not None:
+            await leaving.closing  # the client's answer to our 1001
     except asyncio.CancelledError:  # the client's connection was lost, or the proxy stops
         end = EndReason.PROXY_SHUTDOWN if state.shutting_down else EndReason.CLIENT_DISCONNECTED
         s.closed("proxy" if state.shutting_down else "client", None, "", False, end)
         upstream.abort()
         raise
     finally:
+        state.sessions.pop(facts.request_id, None)
+        leaving.stop()
         upstream.abort()
         for result in s.judge.close(s.end, s.close_code, s.close_reason):
             _turn_record(state, x, s, result)
@@ -583,6 +626,8 @@ def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -
             clock.timings.chunk(now, now, step.deltas)
     for result in step.ended:
         _turn_record(state, x, s, result)
+    if step.ended and s.leaving is not None and s.leaving.asked:
+        s.leaving.go_away(now=False)  # the proxy is stopping: the last open turn has ended
     # the turn this message belongs to: the one it opened or ended, else the newest open one
     if step.opened:
         s.turn_now = step.opened[-1]
@@ -600,7 +645,9 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
     facts = dataclasses.replace(
         x.facts, request_id=clock.request_id, started_at=clock.started_at, start=clock.timings.start
     )
-    progress = Progress(clock.timings, status=result.status or 101, span=clock.span)
+    progress = Progress(
+        clock.timings, status=result.status or 101, span=clock.span, answered_by=Answerer.UPSTREAM
+    )
     verdict = result.verdict
     try:
         record, rendered = records.build_rendered(
@@ -649,6 +696,7 @@ def _session_record(
         "close_reason": s.close_reason or None,
         "closed_by": s.closed_by,
         "close_frame": s.close_frame,
+        "end_reason": str(s.end),
         "duration_ms": round((time.monotonic() - s.start) * 1000, 3),
         "turns": judge.turns,
         "states": dict(sorted(judge.states.items())),

@@ -143,6 +143,9 @@ async def write_log(
     resp = await unreachable.post(CHAT, json={"model": "gpt-a", "stream": True})
     assert resp.status == 502
     await logs.wait(len(played) + 1)
+    refused = await client.get("/%0a")  # the proxy's own refusal: the report's proxy_refused
+    assert refused.status == 400
+    await logs.wait(len(played) + 2)
     return [line for line in logs.lines() if '"event":"request.finished"' in line]
 
 
@@ -191,7 +194,11 @@ async def test_report_counts_equal_the_records_own(fleet_log, capsys) -> None:
         "other_events": 1,
         "outside_window": 0,
     }
-    assert data["states"] == dict(Counter(r["state"] for r in records))
+    refused = [r for r in records if r["answered_by"] == "proxy" and not r["interruption"]]
+    assert len(refused) == 1 and refused[0]["state"] == "http_error"
+    assert data["states"] == dict(
+        Counter("proxy_refused" if r in refused else r["state"] for r in records)
+    )
     assert {r["model"]: r["requests"] for r in data["by_model"]} == dict(
         Counter(map(model_of, records))
     )

@@ -96,6 +96,30 @@ def test_failure_rate_counts_failed_interrupted_and_http_error() -> None:
     assert (row["requests"], row["failures"], row["failure_rate"]) == (6, 3, 0.5)
 
 
+def test_the_proxys_own_refusals_are_counted_apart_from_the_upstreams_errors() -> None:
+    """A refusal (answered by the proxy, nothing cut) is `proxy_refused`, no failure; the
+    proxy's 502 for an unreachable upstream carries the cut and stays an upstream error, as
+    does a record from before `answered_by` (schema 1.2)."""
+    cut = {"reason": "upstream_unreachable", "partial_event_bytes": 0}
+    data = summarise(
+        line(state="http_error", answered_by="proxy", status=404),
+        line(state="http_error", answered_by="proxy", status=400),
+        line(state="http_error", answered_by="proxy", status=502, interruption=cut),
+        line(state="http_error", answered_by="upstream", status=429),
+        line(state="http_error", status=500),
+        line(state="completed", answered_by="upstream"),
+    )
+    assert data["states"] == {"http_error": 3, "proxy_refused": 2, "completed": 1}
+    [row] = data["by_model"]
+    assert (row["requests"], row["failures"]) == (6, 3)
+    assert row["states"] == {"completed": 1, "http_error": 3, "proxy_refused": 2}
+    assert data["timeline"]["states"][7] == "proxy_refused"
+    assert data["timeline"]["buckets"][0]["counts"] == [1, 0, 0, 0, 0, 0, 3, 2, 0]
+    shown = text.render(data)
+    assert "proxy_refused 2 (33.3%)" in shown
+    assert [w["state"] for w in data["worst"][:3]] == ["http_error"] * 3
+
+
 def test_anomalies_count_occurrences_and_requests() -> None:
     data = summarise(
         line(anomalies={"a": 2, "b": 1}), line(anomalies={"a": 1}), line(anomalies={"c": -1})
@@ -143,7 +167,7 @@ def test_states_beyond_the_bound_are_other_in_every_table() -> None:
     data = summarise(*(line(state=s) for s in states), bounds=Bounds(keys=3))
     assert data["states"] == {"completed": 1, "failed": 1, "interrupted": 1, OTHER: 1}
     assert data["by_model"][0]["states"] == data["states"]
-    assert data["timeline"]["buckets"][0]["counts"] == [1, 0, 0, 0, 1, 1, 0, 1]
+    assert data["timeline"]["buckets"][0]["counts"] == [1, 0, 0, 0, 1, 1, 0, 0, 1]
 
 
 def test_timestamps_at_the_ends_of_the_calendar_still_make_a_report() -> None:
