@@ -1,0 +1,155 @@
+"""Masking a body as it streams (`capture_mask`) and the writer thread's bounded queue
+(`capture_writer`): the pieces a capture writes while its stream runs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from sseproxy import capture_mask
+from sseproxy.capture import CaptureSettings, CaptureStore, load_capture
+from sseproxy.capture_mask import StreamMask, held_length
+from sseproxy.capture_writer import Writer
+from sseproxy.redact import Secrets
+
+KEY = "gsk_" + "k3Y" * 12
+BODY = b'data: {"a":"' + KEY.encode() + b'"}\n\ndata: {"b":"Bearer ' + KEY.encode() + b'"}\n\n'
+BEARER = f"Bearer {KEY}".encode()  # the header's whole value is a credential too
+MASKED = BODY.replace(BEARER, b"*" * len(BEARER)).replace(KEY.encode(), b"*" * len(KEY))
+
+
+def secrets() -> Secrets:
+    return Secrets.from_request({"authorization": f"Bearer {KEY}"}, "/", b"")
+
+
+def streamed(pieces: list[bytes], cut: bool = False) -> bytes:
+    mask = StreamMask(secrets(), None)
+    return b"".join(mask.feed(p) for p in pieces) + mask.end(cut=cut)
+
+
+def test_a_credential_split_at_every_point_is_masked_as_the_whole_body_is() -> None:
+    assert secrets().mask(BODY) == MASKED  # the whole-body rule the stream must match
+    for at in range(len(BODY) + 1):
+        assert streamed([BODY[:at], BODY[at:]]) == MASKED, at
+    assert streamed([BODY[i : i + 1] for i in range(len(BODY))]) == MASKED
+
+
+def test_only_an_end_that_could_begin_a_credential_is_held_back() -> None:
+    mask = StreamMask(secrets(), None)
+    event = b'data: {"x":1}\n\n'
+    assert mask.feed(event) == event  # cannot begin one: all of it goes now
+    assert mask.feed(b"data: gsk_k3") == b"data: "  # could: it waits
+    assert mask.feed(b"Y and more\n\n") == b"gsk_k3Y and more\n\n"  # it did not
+    assert mask.end(cut=False) == b""
+
+
+def test_a_body_cut_inside_a_credential_masks_what_is_left_of_it() -> None:
+    body = b"data: " + KEY[:10].encode()
+    assert streamed([body], cut=True) == b"data: " + b"*" * 10
+    assert streamed([body], cut=False) == body  # ended there: not the start of a value
+
+
+def test_a_request_without_credentials_streams_every_byte_as_it_comes() -> None:
+    mask = StreamMask(Secrets(), "gzip")
+    assert not mask.deferred and mask.feed(b"\x1f\x8b") == b"\x1f\x8b"
+
+
+def test_the_prefix_search_is_bounded_then_holds_the_longest_end(monkeypatch) -> None:
+    monkeypatch.setattr(capture_mask, "MAX_PREFIX_CANDIDATES", 4)
+    raw = b"aaaaaaaZ" + b"x" * 12  # 20 bytes: an end of 19 could begin it
+    at_bound = b"x" * 14 + b"a" * 4 + b"b"  # 4 places to compare: none begins it
+    assert held_length(at_bound, (raw,)) == 0
+    past = b"x" * 13 + b"a" * 5 + b"b"  # one more: the whole end is held, uncompared
+    assert held_length(past, (raw,)) == 19
+
+
+def test_a_compressed_body_is_withheld_once_its_decoded_bytes_hold_a_credential() -> None:
+    import zlib
+
+    packer = zlib.compressobj(wbits=31)
+    first = packer.compress(b"data: " + KEY[:9].encode()) + packer.flush(zlib.Z_SYNC_FLUSH)
+    rest = packer.compress(KEY[9:].encode() + b"\n\n") + packer.flush()
+    mask = StreamMask(secrets(), "gzip")
+    assert mask.deferred
+    mask.search(first)
+    assert mask.withheld is None  # half of it, so far
+    mask.search(rest)
+    assert mask.withheld == "gzip body holds a credential of the request"
+
+
+def blocked(writer: Writer) -> threading.Event:
+    """Hold the writer's thread until the returned event is set."""
+    release = threading.Event()
+    writer.submit(lambda: release.wait(10) and None)
+    return release
+
+
+def test_the_writer_queue_takes_its_bound_and_refuses_one_byte_more() -> None:
+    writer = Writer(max_queued=10)
+    release = blocked(writer)
+    try:
+        assert writer.reserve(10)
+        assert not writer.reserve(1)
+        assert (writer.queued, writer.refused) == (10, 1)
+        writer.release(10)
+        assert writer.reserve(1)
+    finally:
+        release.set()
+    writer.wait(10)
+
+
+def test_a_capture_the_writer_falls_behind_stops_there_and_says_so(tmp_path: Path) -> None:
+    store = CaptureStore(CaptureSettings(tmp_path))
+    store.writer.max_queued = 10
+    release = blocked(store.writer)
+    cap = store.new("r1", 0.0, {"content_encoding": None, "dialect": "sse"}, Secrets())
+    try:
+        cap.chunk(b"data: 1\n\n", 0.001)  # 9 bytes: queued
+        cap.chunk(b"d", 0.002)  # 10: the bound, still queued
+        cap.chunk(b"ata: 2\n\n", 0.003)  # past it: dropped, and nothing after it
+        cap.chunk(b"x", 0.004)
+    finally:
+        release.set()
+    store.writer.wait(10)
+    assert (cap.size, cap.truncated_at) == (10, 10)
+    store.save(cap, {"content_encoding": None, "dialect": "sse", "end": "x"}, Secrets())
+    store.writer.wait(10)
+    [sidecar_path] = tmp_path.glob("*.json")
+    sidecar, body = load_capture(sidecar_path)
+    assert body == b"data: 1\n\nd"
+    assert (sidecar["truncated_at"], sidecar["truncated_reason"]) == (10, "capture_writer_behind")
+    assert [size for _, size, _ in sidecar["chunks"]] == [9, 1, 8, 1]  # every chunk indexed
+    assert sidecar["complete"] is True
+
+
+def test_the_writer_thread_ends_when_idle_and_starts_again(monkeypatch) -> None:
+    from sseproxy import capture_writer
+
+    monkeypatch.setattr(capture_writer, "IDLE_SECONDS", 0.01)
+    writer = Writer()
+    done: list[int] = []
+    writer.submit(lambda: done.append(1))
+    writer.wait(10)
+    for _ in range(500):  # up to 5 s for the idle thread to end
+        if not writer._alive:
+            break
+        threading.Event().wait(0.01)
+    assert not writer._alive
+    writer.submit(lambda: done.append(2))
+    writer.wait(10)
+    assert done == [1, 2]
+
+
+@pytest.mark.parametrize("pieces", [[BODY], [BODY[:30], BODY[30:]]])
+def test_a_streamed_capture_file_is_masked_on_disk(tmp_path: Path, pieces: list[bytes]) -> None:
+    store = CaptureStore(CaptureSettings(tmp_path))
+    cap = store.new("r1", 0.0, {"content_encoding": None, "dialect": "sse"}, secrets())
+    for piece in pieces:
+        cap.chunk(piece, 0.001)
+    store.save(cap, {"content_encoding": None, "dialect": "sse"}, secrets())
+    store.writer.wait(10)
+    [sidecar_path] = tmp_path.glob("*.json")
+    _, body = load_capture(sidecar_path)
+    assert body == MASKED
