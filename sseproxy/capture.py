@@ -363,7 +363,7 @@ class CaptureStore:
         write_sidecar(
             self.settings.directory, stem, capture.head(meta, file.path.name, file.deferred)
         )
-        self._remember(capture.request_id, stem, ".body")
+        self._remember(capture.request_id, stem, ".body", trim=False)
 
     def _write(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
         stem = capture.stem
@@ -392,14 +392,17 @@ class CaptureStore:
         self._streaming.add(stem)
         file.create()
         write_sidecar(self.settings.directory, stem, session_head(capture, head, secrets))
-        self._remember(capture.session_id, stem, MESSAGES_SUFFIX)
+        self._remember(capture.session_id, stem, MESSAGES_SUFFIX, trim=False)
 
-    def _remember(self, key: str, stem: str, suffix: str) -> None:
+    def _remember(self, key: str, stem: str, suffix: str, trim: bool = True) -> None:
+        """Name the capture's files for the inspector (from its start: a live stream's are
+        there to download); `trim`: at its end, when its files have their size."""
         with self._trim:
             self._saved[key] = (stem, suffix)
             while len(self._saved) > MAX_SAVED_NAMES:
                 self._saved.popitem(last=False)
-            self._enforce_total()
+            if trim:
+                self._enforce_total()
 
     def _write_session(
         self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets

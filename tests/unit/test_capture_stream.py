@@ -153,3 +153,28 @@ def test_a_streamed_capture_file_is_masked_on_disk(tmp_path: Path, pieces: list[
     [sidecar_path] = tmp_path.glob("*.json")
     _, body = load_capture(sidecar_path)
     assert body == MASKED
+
+
+def test_a_session_the_writer_falls_behind_keeps_its_first_messages(tmp_path: Path) -> None:
+    from sseproxy.session_capture import LINE_OVERHEAD, Direction, Kind, load_session
+
+    store = CaptureStore(CaptureSettings(tmp_path))
+    store.writer.max_queued = 2 * LINE_OVERHEAD + 10
+    release = blocked(store.writer)
+    head = {"dialect": "openai-realtime", "path": "/v1/realtime"}
+    cap = store.session("s1", 0.0, head, Secrets())
+    try:
+        cap.message(Direction.UPSTREAM, Kind.TEXT, b"x" * 10, 0.001)
+        cap.message(Direction.UPSTREAM, Kind.TEXT, b"", 0.002)  # the bound, exactly
+        cap.message(Direction.UPSTREAM, Kind.TEXT, b"y", 0.003)  # one byte more: dropped
+        cap.message(Direction.UPSTREAM, Kind.TEXT, b"", 0.004)  # nor is any later one kept
+    finally:
+        release.set()
+    store.save_session(cap, {"dialect": "openai-realtime", "session": {}}, Secrets())
+    store.writer.wait(10)
+    [sidecar_path] = tmp_path.glob("*.json")
+    file = load_session(sidecar_path)
+    assert [line["size"] for line in file.lines] == [10, 0]
+    sidecar = file.sidecar
+    assert (sidecar["truncated_at"], sidecar["truncated_reason"]) == (2, "capture_writer_behind")
+    assert (sidecar["messages"], sidecar["messages_seen"], sidecar["complete"]) == (2, 4, True)
