@@ -249,6 +249,9 @@ class BodyFile(Spool[bytes]):
         """Write what was held; returns why the body is withheld, if it is."""
         self.flush()
         mask = self.mask
+        if self.failed:  # the file is as far as it got: nothing more is tried
+            self._discard()
+            return None
         if not mask.deferred:
             self._append(mask.end(cut=cut))
             return None
@@ -358,7 +361,11 @@ class CaptureStore:
     ) -> None:
         stem = capture.stem
         self._streaming.add(stem)
-        file.create()
+        try:
+            file.create()
+        except Exception:
+            file.failed = True  # no write of this capture is tried again (one warning)
+            raise
         meta = _prepared(head, secrets)
         write_sidecar(
             self.settings.directory, stem, capture.head(meta, file.path.name, file.deferred)
@@ -390,7 +397,11 @@ class CaptureStore:
 
         stem = capture.stem
         self._streaming.add(stem)
-        file.create()
+        try:
+            file.create()
+        except Exception:
+            file.failed = True
+            raise
         write_sidecar(self.settings.directory, stem, session_head(capture, head, secrets))
         self._remember(capture.session_id, stem, MESSAGES_SUFFIX, trim=False)
 

@@ -60,7 +60,10 @@ class Writer:
                 self._wake.notify()
                 return
             self._alive = True
-            threading.Thread(target=self._run, name="sseproxy-capture", daemon=True).start()
+            try:
+                threading.Thread(target=self._run, name="sseproxy-capture", daemon=True).start()
+            except RuntimeError:  # no thread to be had now: the job waits, the next submit
+                self._alive = False  # tries again (a stream's chunk never sees this fail)
 
     def _run(self) -> None:
         while True:
@@ -80,7 +83,12 @@ class Writer:
     def flushed(self) -> concurrent.futures.Future[None]:
         """Done once every job submitted before it has run."""
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self.submit(lambda: done.set_result(None))
+
+        def mark() -> None:
+            if done.set_running_or_notify_cancel():  # False: its waiter gave up (cancelled)
+                done.set_result(None)
+
+        self.submit(mark)
         return done
 
     async def drain(self) -> None:

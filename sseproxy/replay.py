@@ -85,7 +85,8 @@ def replay(
             pieces = recorded_chunks(capture, data)
         partial = partial_of(capture, data)
         if partial is not None:  # the bytes stop where the file does, short of the body
-            end, http_complete = CAPTURE_TRUNCATED, False
+            unended = partial[1] == UNFINISHED_REASON  # the interruption says which
+            end, http_complete = UNFINISHED_REASON if unended else CAPTURE_TRUNCATED, False
     tap = StreamTap(dialect, content_encoding=encoding, options=TapOptions())
     events = SSEDecoder() if options.events and not encoding else None
     lines: list[bytes] = []
@@ -107,7 +108,7 @@ def replay(
     if partial is not None:
         at, reason = partial
         result["partial_capture"] = {"truncated_at": at, "reason": reason}
-        why = " (the proxy stopped before the stream ended)" if reason == UNFINISHED_REASON else ""
+        why = ": the proxy stopped before the stream ended" if reason == UNFINISHED_REASON else ""
         err.write(
             f"sseproxy replay: partial capture: the body file stops at byte {at} "
             f"({reason}{why}); the verdict is of those bytes only\n"

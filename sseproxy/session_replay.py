@@ -120,7 +120,7 @@ def replay_session(file: SessionFile, out: TextIO = sys.stdout, err: TextIO = sy
         at = len(file.lines) if cut else sidecar.get("truncated_at")
         reason = sidecar.get("truncated_reason") or TRUNCATED_REASON
         reason = UNFINISHED_REASON if cut else reason
-        why = " (the proxy stopped before the session ended)" if cut else ""
+        why = ": the proxy stopped before the session ended" if cut else ""
         summary["partial_capture"] = {"truncated_at": at, "reason": reason}
         err.write(
             f"sseproxy replay: partial capture: the messages file stops at message {at} "
