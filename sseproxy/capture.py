@@ -13,6 +13,7 @@ sidecar goes through the request's `Secrets` as a whole."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import os
@@ -281,7 +282,9 @@ class CaptureStore:
         settings.directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=settings.directory):
             pass  # a directory we cannot write to fails now, not at the first capture
-        self.writer = Writer()  # every file of the store is written on its thread, in order
+        # every file of the store is written on its thread, in order
+        self.writer = Writer(on_error=self._failed)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where failures are logged
         self._trim = threading.Lock()  # the directory is trimmed one caller at a time
         # request or session id -> (stem, the second file's suffix: the body, or the messages)
         self._saved: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -313,6 +316,7 @@ class CaptureStore:
         written whole by `save`."""
         if head is None:
             return Capture(self.settings, request_id, start)
+        self._note_loop()
         capture = Capture(self.settings, request_id, start)
         path = self.settings.directory / f"{capture.stem}.body"
         file = BodyFile(self.writer, path, secrets, head.get("content_encoding"))
@@ -336,6 +340,7 @@ class CaptureStore:
         capture = SessionCapture(self.settings, session_id, start)
         if head is None:
             return capture
+        self._note_loop()
         path = self.settings.directory / f"{capture.stem}{MESSAGES_SUFFIX}"
         file = MessagesFile(self.writer, path, secrets)
         capture.file = file
@@ -355,6 +360,21 @@ class CaptureStore:
     async def drain(self) -> None:
         """Until every write asked for so far is done."""
         await self.writer.drain()
+
+    def _note_loop(self) -> None:
+        with contextlib.suppress(RuntimeError):  # none running: failures are logged in place
+            self._loop = asyncio.get_running_loop()
+
+    def _failed(self, exc: Exception) -> None:
+        """A write failed (on the writer thread): logged on the event loop, as every record
+        is, when there is one."""
+        error = repr(exc)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: logged here instead
+                loop.call_soon_threadsafe(_log_failure, error)
+                return
+        _log_failure(error)
 
     def _begin(
         self, capture: Capture, file: BodyFile, head: dict[str, Any], secrets: Secrets
@@ -460,6 +480,10 @@ class CaptureStore:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
                 total -= size
+
+
+def _log_failure(error: str) -> None:
+    logger.warning("capture.failed", error=error)
 
 
 def masked_body(

@@ -29,8 +29,13 @@ T = TypeVar("T")
 class Writer:
     """Runs jobs one at a time on a thread of its own, in the order they were submitted."""
 
-    def __init__(self, max_queued: int | None = None) -> None:
+    def __init__(
+        self,
+        max_queued: int | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
         self.max_queued = MAX_QUEUED_BYTES if max_queued is None else max_queued
+        self.on_error = on_error  # how a failed job is reported (default: logged from here)
         self.queued = 0  # bytes reserved and not yet written (under _lock)
         self.refused = 0  # bytes refused for the bound, ever
         self.failures = 0
@@ -78,7 +83,10 @@ class Writer:
                 job()
             except Exception as exc:  # one capture's failure costs that capture only
                 self.failures += 1
-                logger.warning("capture.failed", error=repr(exc))
+                if self.on_error is not None:
+                    self.on_error(exc)
+                else:
+                    logger.warning("capture.failed", error=repr(exc))
 
     def flushed(self) -> concurrent.futures.Future[None]:
         """Done once every job submitted before it has run."""

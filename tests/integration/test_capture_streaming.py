@@ -364,3 +364,30 @@ async def test_a_sessions_messages_are_on_disk_while_it_runs_and_replay_as_unfin
         "truncated_at": 4,
         "reason": "capture_unfinished",
     }
+
+
+async def test_a_capture_directory_removed_mid_stream_costs_the_capture_not_a_byte(
+    upstream, make_proxy, logs, tmp_path: Path
+) -> None:
+    fake, _ = upstream
+    first = sse(chat_chunk("Hello"))
+    last = sse(chat_chunk(finish="stop"), "[DONE]")
+    gate = asyncio.Event()
+    fake.script(PATH, Script([Send(first), WaitFor(gate), Send(last)]))
+    folder = tmp_path / "captures"
+    client = await make_proxy(capture_dir=str(folder))
+    store = client.app[STATE].captures
+    response = await client.post(PATH, json={"stream": True})
+    assert await read_exactly(response, len(first)) == first
+    await store.drain()
+    assert files(folder)[1] == first
+    shutil.rmtree(folder)  # the disk goes away under a running stream
+    gate.set()
+    assert await response.read() == last
+    [record] = await logs.wait()
+    assert record["state"] == "completed"
+    await store.drain()
+    await asyncio.sleep(0)  # the writer's failures are logged on the loop
+    failures = [r for r in map(json.loads, logs.lines()) if r["event"] == "capture.failed"]
+    assert 1 <= len(failures) <= 2  # the next write, then the sidecar: nothing more is tried
+    assert not folder.exists()
