@@ -217,6 +217,7 @@ class BodyFile(Spool[bytes]):
         self.path = path
         self.mask = StreamMask(secrets, encoding if isinstance(encoding, str) else None)
         self._aside: IO[bytes] | None = None
+        self._created = False
 
     @property
     def deferred(self) -> str | None:
@@ -229,12 +230,16 @@ class BodyFile(Spool[bytes]):
         return f"{mask.encoding} body: searched for credentials decoded, written at its end"
 
     def create(self) -> None:
+        if self._created:
+            return
+        self._created = True
         self.path.write_bytes(b"")
         if self.mask.deferred and self.mask.withheld is None:
             # open until `finish` (or `_discard`): it outlives any one block
             self._aside = tempfile.TemporaryFile(dir=self.path.parent)  # noqa: SIM115
 
     def write(self, items: list[bytes]) -> None:
+        self.create()
         data = items[0] if len(items) == 1 else b"".join(items)
         mask = self.mask
         if not mask.deferred:
@@ -249,6 +254,7 @@ class BodyFile(Spool[bytes]):
     def finish(self, cut: bool) -> str | None:
         """Write what was held; returns why the body is withheld, if it is."""
         self.flush()
+        self.create()
         mask = self.mask
         if self.failed:  # the file is as far as it got: nothing more is tried
             self._discard()
@@ -318,6 +324,7 @@ class CaptureStore:
             return Capture(self.settings, request_id, start)
         self._note_loop()
         capture = Capture(self.settings, request_id, start)
+        self._streaming.add(capture.stem)  # set operations: atomic across the two threads
         path = self.settings.directory / f"{capture.stem}.body"
         file = BodyFile(self.writer, path, secrets, head.get("content_encoding"))
         capture.file = file
@@ -341,6 +348,7 @@ class CaptureStore:
         if head is None:
             return capture
         self._note_loop()
+        self._streaming.add(capture.stem)
         path = self.settings.directory / f"{capture.stem}{MESSAGES_SUFFIX}"
         file = MessagesFile(self.writer, path, secrets)
         capture.file = file
@@ -380,7 +388,6 @@ class CaptureStore:
         self, capture: Capture, file: BodyFile, head: dict[str, Any], secrets: Secrets
     ) -> None:
         stem = capture.stem
-        self._streaming.add(stem)
         try:
             file.create()
         except Exception:
@@ -416,7 +423,6 @@ class CaptureStore:
         from .session_capture import MESSAGES_SUFFIX, session_head
 
         stem = capture.stem
-        self._streaming.add(stem)
         try:
             file.create()
         except Exception:

@@ -223,11 +223,15 @@ class MessagesFile(Spool[Line]):
         super().__init__(writer)
         self.path = path
         self.secrets = secrets
+        self._created = False
 
     def create(self) -> None:
-        self.path.write_bytes(b"")
+        if not self._created:
+            self._created = True
+            self.path.write_bytes(b"")
 
     def write(self, items: list[Line]) -> None:
+        self.create()
         text = b"".join(line_json(line, self.secrets) for line in items)
         with self.path.open("ab") as out:
             out.write(text)
@@ -286,6 +290,7 @@ def write_session(
         (directory / messages).write_bytes(text)
     else:
         capture.file.flush()
+        capture.file.create()
     sidecar: dict[str, Any] = {
         "format": "sseproxy-capture",
         "version": FORMAT_VERSION,
