@@ -61,6 +61,11 @@ SERVE_FLAGS = (
         ("auto", "json", "console"),
     ),
     Flag("log_level", "lowest level logged", None, ("debug", "info", "warning", "error")),
+    Flag(
+        "max_log_queue_bytes",
+        "record bytes waiting for a log output that does not keep up; beyond it, dropped",
+        "N",
+    ),
     Flag("idle_timeout", "seconds without an upstream byte before a stream is cut", "SECONDS"),
     Flag("connect_timeout", "seconds to open the upstream connection (TCP + TLS)", "SECONDS"),
     Flag(

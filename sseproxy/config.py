@@ -25,6 +25,7 @@ from yarl import URL
 
 from .core.inject import InjectionError, parse_rules
 from .core.verdict import Dialect
+from .log_writer import MAX_QUEUED_BYTES
 from .target import parse_target
 
 ENV_PREFIX = "SSEPROXY_"
@@ -147,6 +148,7 @@ class Settings:
     upstream: str | None = None
     log_format: str = "auto"
     log_level: str = "info"
+    max_log_queue_bytes: int = MAX_QUEUED_BYTES
     idle_timeout: float = 600.0
     content_timeout: float | None = None
     content_stall_action: str = "log"
@@ -556,6 +558,7 @@ def _validate(
         "max_concurrent_streams",
         "max_client_held_bytes",
         "max_held_bytes",
+        "max_log_queue_bytes",
         "capture_max_bytes",
         "capture_max_total_bytes",
     ):

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
+import io
 import logging
 import math
 import re
 import sys
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import orjson
 import structlog
 
+from .log_writer import MAX_QUEUED_BYTES, Gap, LineWriter
 from .redact import NO_SECRETS
 
 STATE_LEVELS = {
@@ -220,6 +223,28 @@ class SafePrintLoggerFactory:
         return SafePrintLogger(self._file, self._once)
 
 
+class QueuedLogger:
+    """A structlog logger that hands each line to the output's writer thread: never blocks
+    on the output, never raises (log_writer.LineWriter)."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self._writer = writer
+
+    def msg(self, message: str) -> None:
+        self._writer.write(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class QueuedLoggerFactory:
+    def __init__(self, writer: LineWriter) -> None:
+        self._logger = QueuedLogger(writer)
+
+    def __call__(self, *args: Any) -> QueuedLogger:
+        return self._logger
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 COLORS = {"info": "\x1b[32m", "warning": "\x1b[33m", "error": "\x1b[31m"}
 RESET, DIM = "\x1b[0m", "\x1b[2m"
@@ -298,7 +323,7 @@ class _Direct:
 
     processors: list[Any]
     expected: list[Any]  # a copy: structlog.testing.capture_logs edits the list in place
-    logger: SafePrintLogger
+    logger: SafePrintLogger | QueuedLogger
     min_level: int
 
 
@@ -323,6 +348,14 @@ def utc_stamp() -> str:
         moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
         _Second.text, _Second.second = moment.isoformat()[:-6], second  # without "+00:00"
     return f"{_Second.text}.{fraction:06d}Z" if fraction else f"{_Second.text}Z"
+
+
+def stamp_at(ns: int) -> str:
+    """`utc_stamp`'s format for the moment `ns` (time.time_ns()), without its shared cache:
+    safe from any thread."""
+    second, fraction = divmod(ns // 1000, 1_000_000)
+    text = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()[:-6]
+    return f"{text}.{fraction:06d}Z" if fraction else f"{text}Z"
 
 
 def request_finished(record: Mapping[str, Any], level: int, rendered: bytes | None = None) -> None:
@@ -359,14 +392,97 @@ def request_finished(record: Mapping[str, Any], level: int, rendered: bytes | No
     direct.logger.msg(dumps(line))
 
 
+# How long the end of the process waits for the log output to take the lines still queued:
+# with the default 8 s shutdown grace, the exit stays within Docker's 10 s stop timeout. An
+# output that takes lines at all takes the usual few in milliseconds.
+FLUSH_SECONDS = 1.0
+
+
+class _Output:
+    """The writer thread of the configured output, when it has one."""
+
+    writer: LineWriter | None = None
+
+
+def _file_descriptor(stream: TextIO) -> int | None:
+    """The stream's file descriptor; None for an in-memory stream (a test's StringIO)."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+
+
+def gap_renderer(log_format: str, colors: bool) -> Callable[[Gap], str]:
+    """The `log.records_dropped` line, in the configured format."""
+    console = ConsoleRenderer(colors=colors)
+
+    def render(gap: Gap) -> str:
+        event: dict[str, Any] = {
+            "timestamp": stamp_at(time.time_ns()),
+            "level": "warning",
+            "event": "log.records_dropped",
+            "dropped": gap.dropped,
+            "first_dropped_at": stamp_at(gap.first_ns),
+            "last_dropped_at": stamp_at(gap.last_ns),
+        }
+        return dumps(event) if log_format == "json" else console(None, "warning", event)
+
+    return render
+
+
+def _start_writer(
+    stream: TextIO, fd: int, log_format: str, once: _Once, max_queue_bytes: int
+) -> LineWriter:
+    with contextlib.suppress(Exception):  # what was printed before goes out first
+        stream.flush()
+    return LineWriter(
+        io.FileIO(fd, "wb", closefd=False),
+        gap_renderer(log_format, stream.isatty()),
+        max_bytes=max_queue_bytes,
+        encoding=getattr(stream, "encoding", None) or "utf-8",
+        errors=getattr(stream, "errors", None) or "strict",
+        report=once.report,
+        fileno=fd,
+    )
+
+
+def finish(timeout: float = FLUSH_SECONDS) -> int:
+    """At the end of the process: wait up to `timeout` for the queued lines to be written,
+    say on stderr how many were not, and stop the writer. The number not written."""
+    writer, _Output.writer = _Output.writer, None
+    if writer is None:
+        return 0
+    left = writer.flush(timeout)
+    writer.close()
+    if left:
+        with contextlib.suppress(Exception):  # stderr may be gone too
+            print(
+                f"sseproxy: {left} log lines could not be written "
+                f"(the output did not take them within {timeout:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return left
+
+
+# The backstop for a process that ends without calling `finish` (a no-op when it did).
+atexit.register(finish)
+
+
 def configure(
     log_format: str = "auto",
     level: str = "info",
     stream: TextIO | None = None,
     cache: bool = True,
+    background: bool | None = None,
+    max_queue_bytes: int = MAX_QUEUED_BYTES,
 ) -> None:
     """Configure structlog for the process. `auto`: JSON unless stdout is a terminal.
 
+    `background`: lines go through a bounded queue to a thread that owns the output, so that
+    an output nobody reads never blocks the event loop (log_writer.py). None: when the stream
+    has a file descriptor (stdout, a file, a pipe: what can block); an in-memory stream is
+    written at once, which lets tests read a record as soon as it was logged.
     `cache=False` lets tests reconfigure between cases.
     """
     stream = stream or sys.stdout
@@ -390,7 +506,19 @@ def configure(
     else:
         renderer = [ConsoleRenderer(colors=stream.isatty())]
     processors = shared + renderer
-    factory = SafePrintLoggerFactory(stream)
+    previous = _Output.writer
+    if previous is not None:  # its lines first, and its thread ends (a bounded wait)
+        previous.flush(FLUSH_SECONDS)
+        previous.close()
+    fd = _file_descriptor(stream) if background is not False else None
+    if background and fd is None:
+        raise ValueError("a background writer needs a stream with a file descriptor")
+    factory: SafePrintLoggerFactory | QueuedLoggerFactory
+    if fd is not None:
+        writer = _start_writer(stream, fd, log_format, _Once(), max_queue_bytes)
+        factory, _Output.writer = QueuedLoggerFactory(writer), writer
+    else:
+        factory, _Output.writer = SafePrintLoggerFactory(stream), None
     min_level = getattr(logging, level.upper())
     structlog.configure(
         processors=processors,

@@ -33,12 +33,15 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
+from prometheus_client.registry import Collector
 
 from . import __version__
 from .core import FinishCategory, State, Verdict
 from .core.dialects import spec_for
 from .core.resume import ResumeVerdict
+from .log_writer import DROPPED, DropCounter
 
 __all__ = ["CONTENT_TYPE_LATEST", "TOKEN_KINDS", "Metrics"]
 
@@ -151,6 +154,23 @@ def output_includes_reasoning(dialect: Any) -> bool:
 CLOSE_CODES = frozenset(range(1000, 1016))
 
 
+class RecordsDropped(Collector):
+    """`sseproxy_records_dropped_total`: log lines the output never got (a reader that
+    stopped, past the log queue's bound; a failing output). The log's writer counts them for
+    the process; this reads its count at each scrape, at zero from startup."""
+
+    def __init__(self, counter: DropCounter = DROPPED) -> None:
+        self.counter = counter
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "sseproxy_records_dropped",
+            "Log records dropped: past the log queue's bound while the output took none, "
+            "or refused by the output",
+            value=self.counter.total,
+        )
+
+
 class Metrics:
     def __init__(
         self, models: Iterable[str] = (), routes: Iterable[str] = (), *, process: bool = True
@@ -248,6 +268,7 @@ class Metrics:
             ["route", "closed_by", "close_code"],
             registry=r,
         )
+        r.register(RecordsDropped())
         Info("sseproxy_build", "The running sseproxy", registry=r).info({"version": __version__})
         if process:
             ProcessCollector(registry=r)

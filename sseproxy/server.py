@@ -162,10 +162,15 @@ def own_urls(host: str, port: int) -> dict[str, str]:
 
 
 def run(settings: Settings) -> int:
-    log.configure(settings.log_format, settings.log_level)
+    log.configure(
+        settings.log_format, settings.log_level, max_queue_bytes=settings.max_log_queue_bytes
+    )
     loop_name, loop_factory = choose_loop(settings.event_loop)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve(settings, loop_name))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(serve(settings, loop_name))
+    finally:
+        log.finish()  # the records still queued for stdout, `proxy.stopped` last; bounded
 
 
 async def serve(settings: Settings, loop_name: str) -> int:

@@ -172,9 +172,10 @@ async def writing_paused(outcome: Outcome) -> None:
     """Wait (bounded) until the relay's writes to the client are held by back-pressure."""
     for _ in range(2000):
         transport = outcome.transport
-        # asyncio pauses the writer when the buffer passes its high-water mark
+        # the loop pauses the writer when the buffer passes its high-water mark (uvloop's
+        # transports have asyncio's API without subclassing asyncio.WriteTransport)
         if (
-            isinstance(transport, asyncio.WriteTransport)
+            transport is not None
             and transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
         ):
             return

@@ -216,9 +216,11 @@ def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -
         )
     finally:
         os.close(write_end)
-    lines = result.stderr.splitlines()
+    # stdout's writer thread reports it, before or after the program's own last line
+    lines = [line for line in result.stderr.splitlines() if line != "done"]
+    assert result.stderr.splitlines().count("done") == 1
+    assert len(lines) == 1  # once, then every later record dropped without a word
     assert lines[0].startswith("sseproxy: log output failed (BrokenPipeError")
-    assert lines[1:] == ["done"]  # once, then every later record dropped without a word
     assert result.returncode == 0
 
 

@@ -1,0 +1,353 @@
+"""A fake LLM provider on loopback, in its own thread: it answers like the providers do, HTTP
+event streams and WebSocket sessions alike, so the installed proxy can sit in front of it.
+
+What it does is chosen by the model name the client asks for: `<scenario>-<anything>`, with
+`ok` (a whole recorded stream), `cut` (closes the connection mid-stream), `hold` (sends a few
+events, then keeps the stream or session open until the peer goes), `overloaded` (Anthropic:
+an in-band error after HTTP 200). The model name also tells each test's records apart: every
+test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
+of a session, whichever loop each test runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import WSMsgType, web
+
+from tests.corpus import file as corpus
+from tests.streams import chat_chunk, sse
+
+# How long a held stream or session waits for its peer to go before it gives up by itself.
+HOLD_SECONDS = 120.0
+# The bodies the `ok` scenario replays, by API.
+CHAT_BODY = "openai-chat/basic-text-no-usage.sse"
+RESPONSES_BODY = "openai-responses/text-basic.sse"
+MESSAGES_BODY = "anthropic-messages/text-basic-pings.sse"
+GEMINI_BODY = "gemini/cjk-poem-stop-every-chunk.sse"
+# The events a held Chat stream sends before it holds: what a client and a capture get.
+HELD_CHAT_EVENTS = (chat_chunk("Hel"), chat_chunk("lo, "), chat_chunk("wor"))
+CHUNK = 37  # bytes per write of a replayed body: events split across reads, as on the wire
+
+
+def scenario(model: str | None) -> str:
+    return (model or "ok").removeprefix("models/").split("-", 1)[0]
+
+
+def events_of(body: bytes) -> list[bytes]:
+    """The body's events, each with its blank line (the corpus files are LF or CRLF)."""
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in body else b"\n\n"
+    parts = body.split(sep)
+    return [p + sep for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def anthropic_overloaded() -> bytes:
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [],
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        },
+    }
+    block = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "Hal"},
+    }
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    return sse(
+        ("message_start", start),
+        ("content_block_start", block),
+        ("content_block_delta", delta),
+        ("error", error),
+    )
+
+
+@dataclass
+class WsSeen:
+    """One WebSocket session as the fake saw it."""
+
+    path: str
+    received: list[str] = field(default_factory=list)
+    close_code: int | None = None  # the code of the close frame the proxy sent, if any
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+WsScript = Callable[[web.WebSocketResponse, WsSeen, str], Awaitable[None]]
+
+
+class FakeProvider:
+    """Start with `start()`, stop with `stop()`; `url` is its base URL."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.sessions: dict[str, WsSeen] = {}  # by the model (or ?id=) each session asked for
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        ready = threading.Event()
+
+        async def setup() -> None:
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", self.handle)
+            self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock).start()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(setup())
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="fake-provider", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the fake provider did not start within 10 s")
+
+    def stop(self) -> None:
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(15)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(10)
+        loop.close()
+
+    def session(self, key: str, timeout: float = 15.0) -> WsSeen:
+        """The session that asked for `key`, once it has ended."""
+        deadline = time.monotonic() + timeout
+        while key not in self.sessions and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen = self.sessions.get(key)
+        assert seen is not None, f"no WebSocket session for {key!r} reached the fake provider"
+        seen.ended.wait(max(0.0, deadline - time.monotonic()))
+        return seen
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self.websocket(request)
+        body = await request.read()
+        path = request.path
+        model = None
+        if ":streamGenerateContent" in path:
+            model = path.rsplit("/", 1)[-1].split(":", 1)[0]
+        elif body:
+            with contextlib.suppress(ValueError):
+                model = json.loads(body).get("model")
+        kind = scenario(model)
+        if path.endswith("/chat/completions"):
+            if kind == "hold":
+                return await self.hold(request, sse(*HELD_CHAT_EVENTS))
+            return await self.stream(request, corpus(CHAT_BODY), cut=kind == "cut")
+        if path.endswith("/responses"):
+            return await self.stream(request, corpus(RESPONSES_BODY), cut=kind == "cut")
+        if path.endswith("/messages"):
+            data = anthropic_overloaded() if kind == "overloaded" else corpus(MESSAGES_BODY)
+            return await self.stream(request, data, cut=kind == "cut")
+        if ":streamGenerateContent" in path:
+            return await self.stream(request, corpus(GEMINI_BODY), cut=kind == "cut")
+        return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
+
+    async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:
+        """The body in small writes; `cut`: only its first half of events, then a close
+        without the final chunk (the connection drops mid-stream)."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if cut:
+            events = events_of(body)
+            body = b"".join(events[: max(1, len(events) // 2)])
+        for i in range(0, len(body), CHUNK):
+            await response.write(body[i : i + CHUNK])
+        if cut:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await response.write_eof()
+        return response
+
+    async def hold(self, request: web.Request, first: bytes) -> web.StreamResponse:
+        """`first`, then nothing until the peer goes (or HOLD_SECONDS)."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(first)
+        deadline = time.monotonic() + HOLD_SECONDS
+        while time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                break
+            await asyncio.sleep(0.05)
+        return response
+
+    # --- WebSocket -------------------------------------------------------------------------
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(heartbeat=None, max_msg_size=0)
+        await ws.prepare(request)
+        seen = WsSeen(request.path_qs)
+        path = request.path
+        script: WsScript
+        if path.endswith("/realtime"):
+            script = self.realtime
+            self.sessions[request.query.get("model", "")] = seen
+        elif path.endswith("/responses"):
+            script = self.responses_ws
+        elif "BidiGenerateContent" in path:
+            script = self.gemini_live
+        else:
+            script = self.echo
+            self.sessions[request.query.get("id", "")] = seen
+        try:
+            async with asyncio.timeout(HOLD_SECONDS):
+                await script(ws, seen, request.query.get("model", ""))
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            if ws.close_code is None:
+                await ws.close()
+            seen.close_code = ws.close_code
+            seen.ended.set()
+        return ws
+
+    async def receive_text(self, ws: web.WebSocketResponse, seen: WsSeen) -> str | None:
+        """The next text (or binary, decoded) message; None once the peer closed."""
+        msg = await ws.receive()
+        if msg.type is WSMsgType.TEXT:
+            seen.received.append(msg.data)
+            return str(msg.data)
+        if msg.type is WSMsgType.BINARY:
+            seen.received.append(msg.data.decode())
+            return str(msg.data.decode())
+        return None
+
+    async def realtime(self, ws: web.WebSocketResponse, seen: WsSeen, model: str) -> None:
+        """OpenAI Realtime: `session.created`, then each `response.create` answered with a
+        whole response (`hold`: the response starts and never ends)."""
+        session = {"id": "sess_1", "object": "realtime.session", "type": "realtime", "model": model}
+        await ws.send_json({"type": "session.created", "event_id": "e0", "session": session})
+        while (text := await self.receive_text(ws, seen)) is not None:
+            if json.loads(text).get("type") != "response.create":
+                continue
+            response = {
+                "id": "resp_1",
+                "object": "realtime.response",
+                "status": "in_progress",
+                "output": [],
+            }
+            await ws.send_json({"type": "response.created", "event_id": "e1", "response": response})
+            for n, piece in enumerate(["Hel", "lo"]):
+                delta = {
+                    "type": "response.output_text.delta",
+                    "event_id": f"d{n}",
+                    "response_id": "resp_1",
+                    "item_id": "it",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": piece,
+                }
+                await ws.send_json(delta)
+                if scenario(model) == "hold":
+                    break
+            if scenario(model) == "hold":
+                continue
+            usage = {"input_tokens": 7, "output_tokens": 2, "total_tokens": 9}
+            done = {**response, "status": "completed", "usage": usage}
+            await ws.send_json({"type": "response.done", "event_id": "e9", "response": done})
+
+    async def responses_ws(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
+        """The Responses API's WebSocket mode: each `response.create` answered with
+        `response.created`, a delta and `response.completed`."""
+        while (text := await self.receive_text(ws, seen)) is not None:
+            event = json.loads(text)
+            if event.get("type") != "response.create":
+                continue
+            self.sessions[str(event.get("model"))] = seen
+            r = {
+                "id": "resp_7",
+                "object": "response",
+                "created_at": 1,
+                "status": "in_progress",
+                "model": event.get("model"),
+                "output": [],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+            }
+            await ws.send_json({"type": "response.created", "sequence_number": 0, "response": r})
+            delta = {
+                "type": "response.output_text.delta",
+                "sequence_number": 1,
+                "item_id": "m",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": "Hi!",
+                "logprobs": [],
+            }
+            await ws.send_json(delta)
+            usage = {
+                "input_tokens": 3,
+                "output_tokens": 1,
+                "total_tokens": 4,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            }
+            completed = {**r, "status": "completed", "usage": usage}
+            await ws.send_json(
+                {"type": "response.completed", "sequence_number": 2, "response": completed}
+            )
+
+    async def gemini_live(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
+        """Gemini Live: `setup` -> `setupComplete`; each client turn answered with
+        `serverContent` parts, `generationComplete`, then `turnComplete` with usage."""
+        text = await self.receive_text(ws, seen)
+        if text is None:
+            return
+        model = json.loads(text).get("setup", {}).get("model", "")
+        self.sessions[str(model).removeprefix("models/")] = seen
+        await ws.send_bytes(json.dumps({"setupComplete": {}}).encode())
+        while await self.receive_text(ws, seen) is not None:
+            for piece in ["Hi ", "there"]:
+                content = {"serverContent": {"modelTurn": {"parts": [{"text": piece}]}}}
+                await ws.send_bytes(json.dumps(content).encode())
+            await ws.send_bytes(
+                json.dumps({"serverContent": {"generationComplete": True}}).encode()
+            )
+            usage = {"promptTokenCount": 4, "responseTokenCount": 2, "totalTokenCount": 6}
+            done = {"serverContent": {"turnComplete": True}, "usageMetadata": usage}
+            await ws.send_bytes(json.dumps(done).encode())
+
+    async def echo(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
+        """A plain WebSocket peer: `hello`, each text echoed as `echo: ...`; `bye` makes it
+        close with 4000 "done"."""
+        await ws.send_str("hello")
+        while (text := await self.receive_text(ws, seen)) is not None:
+            if text == "bye":
+                await ws.close(code=4000, message=b"done")
+                return
+            await ws.send_str("echo: " + text)
