@@ -364,6 +364,11 @@ async def test_a_sessions_messages_are_on_disk_while_it_runs_and_replay_as_unfin
         "truncated_at": 4,
         "reason": "capture_unfinished",
     }
+    from sseproxy.mock_session import Ending, from_session
+
+    served = from_session(copy / sidecar_path.name)
+    assert served.ending == Ending()  # served cut: the mock cannot make up how it ended
+    assert len(served.steps) == 4  # its messages so far: three sent, one awaited
 
 
 async def test_a_capture_directory_removed_mid_stream_costs_the_capture_not_a_byte(
