@@ -94,8 +94,11 @@ class StreamMask:
         if not self.masking:
             return data
         window = self._held + data if self._held else data
-        out = bytearray(window)
         cut = len(window) - held_length(window, self._raws)
+        if not self._forced and not any(raw in window for raw in self._raws):
+            self._held = window[cut:]  # the usual piece: nothing to mask, nothing copied
+            return window[:cut] if cut < len(window) else window
+        out = bytearray(window)
         reach = self._mask_into(window, out, cut)
         self._held = window[cut:]
         self._forced = max(0, reach - cut)

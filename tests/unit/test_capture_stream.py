@@ -178,3 +178,30 @@ def test_a_session_the_writer_falls_behind_keeps_its_first_messages(tmp_path: Pa
     sidecar = file.sidecar
     assert (sidecar["truncated_at"], sidecar["truncated_reason"]) == (2, "capture_writer_behind")
     assert (sidecar["messages"], sidecar["messages_seen"], sidecar["complete"]) == (2, 4, True)
+
+
+def union_masked(body: bytes, values: list[bytes]) -> bytes:
+    """Every byte any occurrence of any value covers, as `*` (overlaps included)."""
+    out = bytearray(body)
+    for value in values:
+        for at in range(len(body) - len(value) + 1):
+            if body[at : at + len(value)] == value:
+                out[at : at + len(value)] = b"*" * len(value)
+    return bytes(out)
+
+
+def test_any_pieces_of_a_body_with_overlapping_credentials_mask_every_occurrence() -> None:
+    import random
+
+    cookie = "sess=abcdefgh12; theme=ijklmnop34"  # the whole value and each pair's value
+    found = Secrets.from_request({"cookie": cookie, "x-api-key": "abcdefgh12345678"}, "/", b"")
+    values = list(found.raw)
+    rng = random.Random(7)
+    alphabet = [b"x", b";", b" ", *values, *(v[: len(v) // 2] for v in values)]
+    for _ in range(300):
+        body = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        cuts = sorted(rng.randint(0, len(body)) for _ in range(rng.randint(0, 5)))
+        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+        mask = StreamMask(found, None)
+        got = b"".join(mask.feed(p) for p in pieces) + mask.end(cut=False)
+        assert got == union_masked(body, values), (body, cuts)
