@@ -117,7 +117,10 @@ class StreamMask:
 
     def _mask_into(self, window: bytes, out: bytearray, cut: int) -> int:
         """Mask every occurrence of every value in `out` (and the held bytes an earlier value
-        covered); returns how far the values that begin before `cut` reach."""
+        covered); returns how far the values that begin before `cut` reach. Each value is
+        looked for in the bytes as they came, so values that overlap are all masked; one
+        value's own occurrences are taken left to right without overlap, as `bytes.replace`
+        takes them (linear work, whatever the body)."""
         if self._forced:
             out[: self._forced] = b"*" * self._forced
         reach = 0
@@ -128,7 +131,7 @@ class StreamMask:
                 out[at : at + size] = b"*" * size
                 if at < cut:
                     reach = max(reach, at + size)
-                at = window.find(raw, at + 1)
+                at = window.find(raw, at + size)
         return reach
 
     def search(self, data: bytes) -> None:
