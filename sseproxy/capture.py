@@ -2,6 +2,11 @@
 timing and verdict, so a failure seen once can be replayed (`sseproxy replay X.json`) or served
 to an app again (`sseproxy mock`). Bounded per capture and for the whole directory.
 
+Written as the stream goes, so a proxy killed mid-stream leaves a partial capture to replay:
+the sidecar at the start (`complete: false`, what the request and the response's head said),
+the body appended as it arrives (by the store's writer thread, `capture_writer.py`), and the
+sidecar replaced at the end (`complete: true`, the chunk index, the verdict and the record).
+
 Nothing is written unredacted: headers off the allowlist are redacted, the request's credential
 values are masked in the body files with as many bytes (offsets and replay stay exact), and the
 sidecar goes through the request's `Secrets` as a whole."""
@@ -13,33 +18,38 @@ import base64
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import structlog
 
-from .core.encoding import BodyDecoder, ContentDecodingError
+from .capture_mask import StreamMask
+from .capture_writer import Spool, Writer
 from .log import json_safe
-from .redact import REDACTED, SENSITIVE_NAME, Secrets
+from .redact import NO_SECRETS, REDACTED, SENSITIVE_NAME, Secrets
 
 if TYPE_CHECKING:
-    from .session_capture import SessionCapture
+    from .session_capture import MessagesFile, SessionCapture
 
 logger = structlog.get_logger("sseproxy")
 FORMAT_VERSION = 1
 # Chunk index entries kept per capture; past it the body is still captured up to its cap.
 MAX_INDEX_ENTRIES = 200_000
-# Decoded bytes of one compressed capture searched for credentials; beyond, it is withheld.
-MAX_DECODED_CHECK_BYTES = 64 * 1024 * 1024
-# Why a capture's body file stops before the body did (`truncated_reason` in the sidecar).
+# Why a capture's body file stops before the body did (`truncated_reason` in the sidecar):
+# its cap, or the writer thread too far behind (the store's queue full: `capture_writer`).
 TRUNCATED_REASON = "capture_max_bytes"
+WRITER_BEHIND_REASON = "capture_writer_behind"
+# Why a replay calls a capture partial whose sidecar still says `complete: false`: the proxy
+# stopped (was killed) before the stream ended, and its files hold what had come by then.
+UNFINISHED_REASON = "capture_unfinished"
 # Captures this process saved that the inspector can find by request id (newest kept).
 MAX_SAVED_NAMES = 10_000
 
@@ -100,25 +110,46 @@ def redact_headers(headers: Mapping[str, str], secrets: Secrets) -> dict[str, st
     return out
 
 
-class Capture:
-    """What one request captures in memory until it ends (bounded by `max_bytes`)."""
+def stem_of(started_at: float, key: str) -> str:
+    """A capture's files' name without suffix: when it started (UTC), then its id."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(started_at))}-{key}"
 
-    def __init__(self, settings: CaptureSettings, request_id: str, start: float) -> None:
+
+class Capture:
+    """One request's capture as the event loop sees it: the chunk index (in memory until the
+    end), and the body's bytes sent to its `BodyFile` as they come (or, with no file, as
+    `parts` in memory: the whole body written at once by `CaptureStore._write`). Bounded by
+    `max_bytes`."""
+
+    def __init__(
+        self,
+        settings: CaptureSettings,
+        request_id: str,
+        start: float,
+        file: BodyFile | None = None,
+    ) -> None:
         self.settings = settings
         self.request_id = request_id
         self.start = start
         self.started_at = time.time()
+        self.file = file
         self.parts: list[bytes] = []
         self.size = 0
         self.offset = 0
         self.index: list[tuple[int, int, float]] = []
-        # Where the body file stops, when the cap stopped it: nothing after it is stored, so
-        # the file is always the body's first bytes (never a later small chunk after a gap).
+        # Where the body file stops, when the cap (or a writer too far behind) stopped it:
+        # nothing after it is stored, so the file is always the body's first bytes (never a
+        # later small chunk after a gap).
         self.truncated_at: int | None = None
+        self.truncated_reason = TRUNCATED_REASON
 
     @property
     def truncated(self) -> bool:
         return self.truncated_at is not None
+
+    @property
+    def stem(self) -> str:
+        return stem_of(self.started_at, self.request_id)
 
     def chunk(self, data: bytes, now: float) -> None:
         if len(self.index) < MAX_INDEX_ENTRIES:
@@ -126,11 +157,30 @@ class Capture:
         self.offset += len(data)
         if self.truncated_at is not None:
             return
-        if self.size + len(data) <= self.settings.max_bytes:
-            self.parts.append(data)
-            self.size += len(data)
-        else:
+        if self.size + len(data) > self.settings.max_bytes:
             self.truncated_at = self.size
+            return
+        if self.file is None:
+            self.parts.append(data)
+        elif not self.file.send(data, len(data)):
+            self.truncated_at, self.truncated_reason = self.size, WRITER_BEHIND_REASON
+            return
+        self.size += len(data)
+
+    def head(self, meta: dict[str, Any], body_file: str, deferred: str | None) -> dict[str, Any]:
+        """The sidecar while the body streams: the request and the response's head, marked
+        `complete: false` (replaced by `sidecar` at the end)."""
+        return {
+            "format": "sseproxy-capture",
+            "version": FORMAT_VERSION,
+            "request_id": self.request_id,
+            "started_at": self.started_at,
+            "complete": False,
+            **meta,
+            "body_file": body_file,
+            **({"body_deferred": deferred} if deferred else {}),
+            "chunks": [],
+        }
 
     def sidecar(
         self, meta: dict[str, Any], body_file: str, withheld: str | None = None
@@ -140,18 +190,95 @@ class Capture:
             "version": FORMAT_VERSION,
             "request_id": self.request_id,
             "started_at": self.started_at,
+            "complete": True,
             **meta,
             "body_file": body_file,
             "body_bytes": 0 if withheld else self.size,
             "truncated": self.truncated,
             **(
-                {"truncated_at": self.truncated_at, "truncated_reason": TRUNCATED_REASON}
+                {"truncated_at": self.truncated_at, "truncated_reason": self.truncated_reason}
                 if self.truncated_at is not None
                 else {}
             ),
             **({"body_withheld": withheld} if withheld else {}),
             "chunks": self.index,
         }
+
+
+class BodyFile(Spool[bytes]):
+    """A capture's body file while it streams; written on the store's writer thread only.
+    Identity bodies are masked as they come (`StreamMask`). A compressed body that must be
+    searched for credentials goes to an unnamed temporary file (the kernel frees it if the
+    proxy is killed: nothing unmasked stays on disk) and into the body file at the end, if it
+    holds none."""
+
+    def __init__(self, writer: Writer, path: Path, secrets: Secrets, encoding: Any) -> None:
+        super().__init__(writer)
+        self.path = path
+        self.mask = StreamMask(secrets, encoding if isinstance(encoding, str) else None)
+        self._aside: IO[bytes] | None = None
+        self._created = False
+
+    @property
+    def deferred(self) -> str | None:
+        """Why the body file stays empty until the stream ends, if it does."""
+        mask = self.mask
+        if not mask.deferred:
+            return None
+        if mask.withheld:
+            return f"withheld: {mask.withheld}"
+        return f"{mask.encoding} body: searched for credentials decoded, written at its end"
+
+    def create(self) -> None:
+        if self._created:
+            return
+        self._created = True
+        self.path.write_bytes(b"")
+        if self.mask.deferred and self.mask.withheld is None:
+            # open until `finish` (or `_discard`): it outlives any one block
+            self._aside = tempfile.TemporaryFile(dir=self.path.parent)  # noqa: SIM115
+
+    def write(self, items: list[bytes]) -> None:
+        self.create()
+        data = items[0] if len(items) == 1 else b"".join(items)
+        mask = self.mask
+        if not mask.deferred:
+            self._append(mask.feed(data))
+            return
+        if self._aside is not None:
+            self._aside.write(data)
+            mask.search(data)
+            if mask.withheld is not None:  # nothing of it will be written: free it now
+                self._discard()
+
+    def finish(self, cut: bool) -> str | None:
+        """Write what was held; returns why the body is withheld, if it is."""
+        self.flush()
+        self.create()
+        mask = self.mask
+        if self.failed:  # the file is as far as it got: nothing more is tried
+            self._discard()
+            return None
+        if not mask.deferred:
+            self._append(mask.end(cut=cut))
+            return None
+        aside = self._aside
+        if aside is not None and mask.withheld is None:
+            aside.seek(0)
+            with self.path.open("ab") as out:
+                shutil.copyfileobj(aside, out)
+        self._discard()
+        return mask.withheld
+
+    def _append(self, data: bytes) -> None:
+        if data:
+            with self.path.open("ab") as out:
+                out.write(data)
+
+    def _discard(self) -> None:
+        if self._aside is not None:
+            self._aside.close()
+            self._aside = None
 
 
 class CaptureStore:
@@ -161,11 +288,13 @@ class CaptureStore:
         settings.directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=settings.directory):
             pass  # a directory we cannot write to fails now, not at the first capture
-        self.pending: set[asyncio.Task[None]] = set()
-        self._trim = threading.Lock()  # writer threads trim the directory one at a time
-        # request id -> the file stem of its capture, for the inspector's download links
+        # every file of the store is written on its thread, in order
+        self.writer = Writer(on_error=self._failed)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where failures are logged
+        self._trim = threading.Lock()  # the directory is trimmed one caller at a time
         # request or session id -> (stem, the second file's suffix: the body, or the messages)
         self._saved: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._streaming: set[str] = set()  # stems still being written: never trimmed
 
     @classmethod
     def open(cls, settings: CaptureSettings) -> CaptureStore | None:
@@ -181,73 +310,146 @@ class CaptureStore:
             )
             return None
 
-    def new(self, request_id: str, start: float) -> Capture:
-        return Capture(self.settings, request_id, start)
+    def new(
+        self,
+        request_id: str,
+        start: float,
+        head: dict[str, Any] | None = None,
+        secrets: Secrets = NO_SECRETS,
+    ) -> Capture:
+        """A request's capture. With `head` (what the sidecar says from the start), its files
+        are created now and its body appended as it comes; without, it is kept in memory and
+        written whole by `save`."""
+        if head is None:
+            return Capture(self.settings, request_id, start)
+        self._note_loop()
+        capture = Capture(self.settings, request_id, start)
+        self._streaming.add(capture.stem)  # set operations: atomic across the two threads
+        path = self.settings.directory / f"{capture.stem}.body"
+        file = BodyFile(self.writer, path, secrets, head.get("content_encoding"))
+        capture.file = file
+        self.writer.submit(lambda: self._begin(capture, file, head, secrets))
+        return capture
 
     def request_body(self, body: bytes) -> str | None:
         return base64.b64encode(body).decode() if self.settings.request_bodies else None
 
-    def session(self, session_id: str, start: float) -> SessionCapture:
-        from .session_capture import SessionCapture
+    def session(
+        self,
+        session_id: str,
+        start: float,
+        head: dict[str, Any] | None = None,
+        secrets: Secrets = NO_SECRETS,
+    ) -> SessionCapture:
+        """A WebSocket session's capture, streamed from the start with `head` as `new`'s."""
+        from .session_capture import MESSAGES_SUFFIX, MessagesFile, SessionCapture
 
-        return SessionCapture(self.settings, session_id, start)
+        capture = SessionCapture(self.settings, session_id, start)
+        if head is None:
+            return capture
+        self._note_loop()
+        self._streaming.add(capture.stem)
+        path = self.settings.directory / f"{capture.stem}{MESSAGES_SUFFIX}"
+        file = MessagesFile(self.writer, path, secrets)
+        capture.file = file
+        self.writer.submit(lambda: self._begin_session(capture, file, head, secrets))
+        return capture
 
     def save(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
-        """Write in a worker thread: disk latency never touches the event loop. Everything
-        written goes through `secrets`, whether or not `meta` was redacted already."""
-        self._in_thread(self._write, capture, meta, secrets)
+        """Complete the capture on the writer thread: disk latency never touches the event
+        loop. Everything written goes through `secrets`, whether or not `meta` was redacted
+        already."""
+        self.writer.submit(lambda: self._write(capture, meta, secrets))
 
     def save_session(self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets) -> None:
-        """A WebSocket session's capture, written as `save` writes a request's."""
-        self._in_thread(self._write_session, capture, meta, secrets)
-
-    def _in_thread(self, write: Callable[..., None], *args: Any) -> None:
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(write, *args))
-        self.pending.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self.pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("capture.failed", error=repr(task.exception()))
+        """A WebSocket session's capture, completed as `save` completes a request's."""
+        self.writer.submit(lambda: self._write_session(capture, meta, secrets))
 
     async def drain(self) -> None:
-        if self.pending:
-            await asyncio.gather(*self.pending, return_exceptions=True)
+        """Until every write asked for so far is done."""
+        await self.writer.drain()
+
+    def _note_loop(self) -> None:
+        with contextlib.suppress(RuntimeError):  # none running: failures are logged in place
+            self._loop = asyncio.get_running_loop()
+
+    def _failed(self, exc: Exception) -> None:
+        """A write failed (on the writer thread): logged on the event loop, as every record
+        is, when there is one."""
+        error = repr(exc)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: logged here instead
+                loop.call_soon_threadsafe(_log_failure, error)
+                return
+        _log_failure(error)
+
+    def _begin(
+        self, capture: Capture, file: BodyFile, head: dict[str, Any], secrets: Secrets
+    ) -> None:
+        stem = capture.stem
+        try:
+            file.create()
+        except Exception:
+            file.failed = True  # no write of this capture is tried again (one warning)
+            raise
+        meta = _prepared(head, secrets)
+        write_sidecar(
+            self.settings.directory, stem, capture.head(meta, file.path.name, file.deferred)
+        )
+        self._remember(capture.request_id, stem, ".body", trim=False)
 
     def _write(self, capture: Capture, meta: dict[str, Any], secrets: Secrets) -> None:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(capture.started_at))
-        stem = f"{stamp}-{capture.request_id}"
-        directory = self.settings.directory
-        body, withheld = masked_body(capture, meta.get("content_encoding"), secrets)
-        (directory / f"{stem}.body").write_bytes(body)
-        request_body = meta.get("request_body_base64")
-        if isinstance(request_body, str):
-            masked = secrets.mask(base64.b64decode(request_body))
-            meta = {**meta, "request_body_base64": base64.b64encode(masked).decode()}
-        sidecar = capture.sidecar(secrets.redact(meta), f"{stem}.body", withheld)
-        partial = directory / f".{stem}.json.partial"
+        stem = capture.stem
+        file = capture.file
         try:
-            text = orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str)
-        except TypeError:  # what JSON cannot carry (a non-UTF-8 header value, ...) replaced
-            text = orjson.dumps(json_safe(sidecar), option=orjson.OPT_INDENT_2, default=str)
-        partial.write_bytes(text)
-        partial.rename(directory / f"{stem}.json")  # readers never see a half-written sidecar
+            if file is None:  # kept in memory: the whole body, as one piece
+                directory = self.settings.directory
+                file = BodyFile(
+                    self.writer, directory / f"{stem}.body", secrets, meta.get("content_encoding")
+                )
+                file.create()
+                file.write([b"".join(capture.parts)])
+            withheld = file.finish(capture.truncated)
+            sidecar = capture.sidecar(_prepared(meta, secrets), file.path.name, withheld)
+            write_sidecar(self.settings.directory, stem, sidecar)
+        finally:
+            self._streaming.discard(stem)
         self._remember(capture.request_id, stem, ".body")
 
-    def _remember(self, key: str, stem: str, suffix: str) -> None:
+    def _begin_session(
+        self, capture: SessionCapture, file: MessagesFile, head: dict[str, Any], secrets: Secrets
+    ) -> None:
+        from .session_capture import MESSAGES_SUFFIX, session_head
+
+        stem = capture.stem
+        try:
+            file.create()
+        except Exception:
+            file.failed = True
+            raise
+        write_sidecar(self.settings.directory, stem, session_head(capture, head, secrets))
+        self._remember(capture.session_id, stem, MESSAGES_SUFFIX, trim=False)
+
+    def _remember(self, key: str, stem: str, suffix: str, trim: bool = True) -> None:
+        """Name the capture's files for the inspector (from its start: a live stream's are
+        there to download); `trim`: at its end, when its files have their size."""
         with self._trim:
             self._saved[key] = (stem, suffix)
             while len(self._saved) > MAX_SAVED_NAMES:
                 self._saved.popitem(last=False)
-            self._enforce_total()
+            if trim:
+                self._enforce_total()
 
     def _write_session(
         self, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets
     ) -> None:
         from .session_capture import MESSAGES_SUFFIX, write_session
 
-        stem = write_session(self.settings.directory, capture, meta, secrets)
+        try:
+            stem = write_session(self.settings.directory, capture, meta, secrets)
+        finally:
+            self._streaming.discard(capture.stem)
         self._remember(capture.session_id, stem, MESSAGES_SUFFIX)
 
     def files_of(self, request_id: str) -> tuple[Path, Path] | None:
@@ -265,11 +467,15 @@ class CaptureStore:
         return sidecar, self.settings.directory / f"{stem}{suffix}"
 
     def _enforce_total(self) -> None:
-        """Delete the oldest captures until the directory is under its cap."""
+        """Delete the oldest captures until the directory is under its cap (never the files
+        of a capture still being written)."""
         files = []
+        streaming = self._streaming
         with os.scandir(self.settings.directory) as entries:
             for entry in entries:
-                if entry.name.endswith((".body", ".json", ".jsonl")):
+                if entry.name.endswith((".body", ".json", ".jsonl")) and not (
+                    streaming and entry.name.split(".", 1)[0] in streaming
+                ):
                     with contextlib.suppress(FileNotFoundError):  # a concurrent deletion
                         stat = entry.stat()
                         files.append((stat.st_mtime, stat.st_size, entry.path))
@@ -282,41 +488,44 @@ class CaptureStore:
                 total -= size
 
 
+def _log_failure(error: str) -> None:
+    logger.warning("capture.failed", error=error)
+
+
 def masked_body(
     capture: Capture, encoding: str | None, secrets: Secrets
 ) -> tuple[bytes, str | None]:
-    """The body to write, and why it is withheld if it is.
-
-    The whole body is masked at once, so a value split across two chunks is still found. A
-    compressed body cannot be masked in place without breaking it: it is searched decoded,
-    and withheld (an empty body file) when it holds a credential or cannot be searched."""
+    """The body kept in memory as it is written, and why it is withheld if it is: masked as
+    `BodyFile` masks a streamed one (a compressed body searched decoded, and withheld when it
+    holds a credential or cannot be searched)."""
     body = b"".join(capture.parts)
-    if not secrets.values:
-        return body, None
+    mask = StreamMask(secrets, encoding)
+    if not mask.deferred:
+        return mask.feed(body) + mask.end(cut=capture.truncated), None
+    mask.search(body)
+    return (b"", mask.withheld) if mask.withheld else (body, None)
+
+
+def _prepared(meta: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
+    """`meta` as a sidecar keeps it: the request body (when kept) masked, the rest redacted."""
+    request_body = meta.get("request_body_base64")
+    if isinstance(request_body, str):
+        masked = secrets.mask(base64.b64decode(request_body))
+        meta = {**meta, "request_body_base64": base64.b64encode(masked).decode()}
+    redacted: dict[str, Any] = secrets.redact(meta)
+    return redacted
+
+
+def write_sidecar(directory: Path, stem: str, sidecar: dict[str, Any]) -> None:
+    """`STEM.json`, renamed into place: readers never see half of one (the one written at the
+    start is replaced whole at the end)."""
+    partial = directory / f".{stem}.json.partial"
     try:
-        decoder = BodyDecoder(encoding if isinstance(encoding, str) else None)
-    except ContentDecodingError as exc:
-        return b"", f"cannot be searched for credentials: {exc}"
-    if decoder.identity:
-        return secrets.mask(body, cut=capture.truncated), None
-    longest = max(len(raw) for raw in secrets.raw)
-    tail, decoded = b"", 0
-    try:
-        piece = decoder.decode(body)
-        while True:
-            decoded += len(piece)
-            if decoded > MAX_DECODED_CHECK_BYTES:
-                return b"", "decodes to more than can be searched for credentials"
-            window = tail + piece
-            if secrets.found_in(window):
-                return b"", f"{decoder.encoding} body holds a credential of the request"
-            tail = window[-(longest - 1) :]
-            if not decoder.pending:
-                break
-            piece = decoder.decode(b"")
-    except ContentDecodingError:
-        pass  # what did decode was searched; the rest is undecodable for everyone
-    return body, None
+        text = orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str)
+    except TypeError:  # what JSON cannot carry (a non-UTF-8 header value, ...) replaced
+        text = orjson.dumps(json_safe(sidecar), option=orjson.OPT_INDENT_2, default=str)
+    partial.write_bytes(text)
+    partial.rename(directory / f"{stem}.json")
 
 
 def load_capture(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -330,6 +539,12 @@ def load_capture(path: Path) -> tuple[dict[str, Any], bytes]:
     return sidecar, body
 
 
+def unfinished(sidecar: dict[str, Any]) -> bool:
+    """The proxy stopped before this capture's stream ended: its sidecar is the one written at
+    the start. (Captures from before `complete` are complete.)"""
+    return sidecar.get("complete") is False
+
+
 def partial_at(sidecar: dict[str, Any]) -> int | None:
     """Where a capture's body file stops short of the body, or None when it holds it all.
     (Captures from before `truncated_at` say only `truncated`: their file may have holes.)"""
@@ -337,6 +552,18 @@ def partial_at(sidecar: dict[str, Any]) -> int | None:
         return None
     at = sidecar.get("truncated_at")
     return at if isinstance(at, int) and not isinstance(at, bool) else 0
+
+
+def partial_of(sidecar: dict[str, Any], body: bytes) -> tuple[int, str] | None:
+    """Where the body file stops short of the body and why (`truncated_reason`, or
+    `capture_unfinished`), or None when it holds the whole body."""
+    if unfinished(sidecar):
+        return len(body), UNFINISHED_REASON
+    at = partial_at(sidecar)
+    if at is None:
+        return None
+    reason = sidecar.get("truncated_reason")
+    return at, reason if isinstance(reason, str) else TRUNCATED_REASON
 
 
 def recorded_chunks(sidecar: dict[str, Any], body: bytes) -> list[bytes]:

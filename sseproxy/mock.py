@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .capture import load_capture, recorded_chunks
+from .capture import load_capture, recorded_chunks, unfinished
 from .core import Dialect, EndReason, StreamTap
 from .core.dialects import detect, spec_for
 from .core.dialects.sessions import session_spec
@@ -81,16 +81,18 @@ def from_capture(path: Path) -> Recording:
         for k, v in sidecar.get("response_headers", {}).items()
         if k.lower() not in DROP_HEADERS
     }
-    dialect = Dialect(sidecar["dialect"])
+    dialect = Dialect(sidecar.get("dialect") or Dialect.SSE)  # None: an unfinished capture's
     return Recording(
         name=f"{dialect.value}/{path.stem}",
         dialect=dialect,
         status=sidecar.get("status") or 200,
         headers=headers,
         chunks=list(zip(pieces, times, strict=False)),
-        # A body cut, left by its client, or stored only in part is served cut: the mock
-        # cannot make up how it would have ended.
-        http_complete=sidecar.get("http_complete", True) is True and not sidecar.get("truncated"),
+        # A body cut, left by its client, or stored only in part (at its cap, or by a proxy
+        # that stopped mid-stream) is served cut: the mock cannot make up how it would end.
+        http_complete=sidecar.get("http_complete", True) is True
+        and not sidecar.get("truncated")
+        and not unfinished(sidecar),
         end=sidecar.get("end") or str(EndReason.UPSTREAM_CLOSED),
     )
 

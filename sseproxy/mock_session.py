@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import WSMessage, WSMsgType, web
 
+from .capture import unfinished
 from .core.dialects.sessions import parse_message
 from .session_capture import MESSAGES_SUFFIX, line_data, load_session, with_audio
 
@@ -82,7 +83,7 @@ def from_session(path: Path) -> SessionRecording:
         if data is not None:
             steps.append(SendUpstream(_upstream_data(line, data), line["kind"] == "text", at))
     session = file.session
-    if file.sidecar.get("truncated"):
+    if file.sidecar.get("truncated") or unfinished(file.sidecar):
         ending = Ending()  # stored only in part: served cut, as a cut HTTP capture is
     elif session.get("closed_by") == "client":
         ending = Ending(by_client=True)

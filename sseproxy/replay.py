@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .capture import TRUNCATED_REASON, partial_at, recorded_chunks
+from .capture import UNFINISHED_REASON, partial_of, recorded_chunks
 from .core import (
     Dialect,
     EndReason,
@@ -66,14 +66,16 @@ def replay(
 ) -> int:
     """Feed `data` through the core and print the verdict. With a capture sidecar, the
     recorded chunking, dialect, encoding, status and ending are used unless options say
-    otherwise, so the recorded verdict is reproduced. A capture cut at its size cap is
-    replayed as far as it goes, said so (`partial_capture`), and exits `EXIT_PARTIAL`."""
+    otherwise, so the recorded verdict is reproduced. A capture cut at its size cap, or left
+    unfinished by a proxy that stopped mid-stream, is replayed as far as it goes, said so
+    (`partial_capture`), and exits `EXIT_PARTIAL`."""
     dialect, encoding, end, status = options.dialect, None, str(EndReason.END_OF_INPUT), None
     http_complete: bool | None = True  # a saved body file is taken as the whole body
     pieces: Iterable[bytes] = chunks(data, options)
     partial = None
     if capture is not None:
-        dialect = dialect or Dialect(capture["dialect"])
+        recorded_dialect = capture.get("dialect")  # None: unknown when an unfinished one began
+        dialect = dialect or (Dialect(recorded_dialect) if recorded_dialect else None)
         encoding = capture.get("content_encoding")
         end = capture.get("end") or end
         status = capture.get("status")
@@ -81,9 +83,10 @@ def replay(
         http_complete = recorded if recorded is None or isinstance(recorded, bool) else True
         if options.chunk_size is None and options.random_seed is None:
             pieces = recorded_chunks(capture, data)
-        partial = partial_at(capture)
+        partial = partial_of(capture, data)
         if partial is not None:  # the bytes stop where the file does, short of the body
-            end, http_complete = CAPTURE_TRUNCATED, False
+            unended = partial[1] == UNFINISHED_REASON  # the interruption says which
+            end, http_complete = UNFINISHED_REASON if unended else CAPTURE_TRUNCATED, False
     tap = StreamTap(dialect, content_encoding=encoding, options=TapOptions())
     events = SSEDecoder() if options.events and not encoding else None
     lines: list[bytes] = []
@@ -103,10 +106,12 @@ def replay(
         out.write(orjson.dumps({"content": tap.describe()}).decode() + "\n")
     result = verdict.to_dict()
     if partial is not None:
-        result["partial_capture"] = {"truncated_at": partial, "reason": TRUNCATED_REASON}
+        at, reason = partial
+        result["partial_capture"] = {"truncated_at": at, "reason": reason}
+        why = ": the proxy stopped before the stream ended" if reason == UNFINISHED_REASON else ""
         err.write(
-            f"sseproxy replay: partial capture: the body file stops at byte {partial} "
-            f"({TRUNCATED_REASON}); the verdict is of those bytes only\n"
+            f"sseproxy replay: partial capture: the body file stops at byte {at} "
+            f"({reason}{why}); the verdict is of those bytes only\n"
         )
     out.write(orjson.dumps(result).decode() + "\n")
     if partial is not None:

@@ -3,12 +3,13 @@ time, kind, the data, a close's code and reason) beside a JSON sidecar (the hand
 `session.finished` record, the turn records), so a session can be replayed
 (`sseproxy replay X.json`) or served again (`sseproxy mock`).
 
-Same directory, naming and bounds as HTTP captures (`capture.py`). The relay only appends to a
-list here (bounded by `max_bytes`); masking, encoding and writing happen in a worker thread at
-the session's end. Client messages hold prompts: their data is kept only with
-`capture_request_bodies`, otherwise their kind, size, time and name (`type`, or first key).
-Audio is counted, never kept: a message's base64 audio is replaced by "" and its decoded size
-listed in `audio_bytes`."""
+Same directory, naming and bounds as HTTP captures (`capture.py`), and written as they are:
+the sidecar at the start (`complete: false`, the handshake), each message appended to the
+messages file as it is relayed (the relay only queues it: masking, encoding and writing happen
+on the store's writer thread), the sidecar replaced at the end. Client messages hold prompts:
+their data is kept only with `capture_request_bodies`, otherwise their kind, size, time and
+name (`type`, or first key). Audio is counted, never kept: a message's base64 audio is
+replaced by "" and its decoded size listed in `audio_bytes`."""
 
 from __future__ import annotations
 
@@ -21,10 +22,18 @@ from typing import Any
 
 import orjson
 
-from .capture import FORMAT_VERSION, TRUNCATED_REASON, CaptureSettings
+from .capture import (
+    FORMAT_VERSION,
+    TRUNCATED_REASON,
+    WRITER_BEHIND_REASON,
+    CaptureSettings,
+    stem_of,
+    unfinished,
+    write_sidecar,
+)
+from .capture_writer import Spool, Writer
 from .core.dialects.base import dig
 from .core.dialects.sessions import audio_bytes
-from .log import json_safe
 from .redact import Secrets
 
 # What the sidecar says its messages file is, and how the file is named beside it.
@@ -133,21 +142,36 @@ def with_audio(obj: Any, sizes: list[int]) -> Any:
 
 
 class SessionCapture:
-    """What one session captures in memory until it ends (bounded by `max_bytes`)."""
+    """One session's capture as the event loop sees it: each kept message sent to its
+    `MessagesFile` as it is relayed (or, with no file, kept in `lines` and written whole at
+    the end). Bounded by `max_bytes`."""
 
-    def __init__(self, settings: CaptureSettings, session_id: str, start: float) -> None:
+    def __init__(
+        self,
+        settings: CaptureSettings,
+        session_id: str,
+        start: float,
+        file: MessagesFile | None = None,
+    ) -> None:
         self.settings = settings
         self.session_id = session_id
         self.start = start
         self.started_at = time.time()
+        self.file = file
         self.lines: list[Line] = []
+        self.count = 0  # messages kept
         self.kept = 0
         self.seen = 0  # messages seen, kept or not
-        # The index of the first message the cap stopped: nothing after it is kept, so the file
-        # is always the session's first messages.
+        # The index of the first message the cap (or a writer too far behind) stopped: nothing
+        # after it is kept, so the file is always the session's first messages.
         self.truncated_at: int | None = None
+        self.truncated_reason = TRUNCATED_REASON
         self.turns: list[dict[str, Any]] = []
         self.turns_dropped = 0
+
+    @property
+    def stem(self) -> str:
+        return stem_of(self.started_at, self.session_id)
 
     def message(
         self,
@@ -173,16 +197,44 @@ class SessionCapture:
         if self.kept + cost > self.settings.max_bytes:
             self.truncated_at = index
             return
-        self.kept += cost
         t_ms = round((now - self.start) * 1000, 3)
         name = name[:MAX_NAME_CHARS] if name else None
-        self.lines.append(Line(t_ms, direction, kind, len(data), kept, name, code, reason, audio))
+        line = Line(t_ms, direction, kind, len(data), kept, name, code, reason, audio)
+        if self.file is None:
+            self.lines.append(line)
+        elif not self.file.send(line, cost):
+            self.truncated_at, self.truncated_reason = index, WRITER_BEHIND_REASON
+            return
+        self.kept += cost
+        self.count += 1
 
     def turn(self, record: dict[str, Any]) -> None:
         if len(self.turns) < MAX_TURN_RECORDS:
             self.turns.append(record)
         else:
             self.turns_dropped += 1
+
+
+class MessagesFile(Spool[Line]):
+    """A session's messages file while it runs; written on the store's writer thread only,
+    each message masked whole (a message is never split across lines)."""
+
+    def __init__(self, writer: Writer, path: Path, secrets: Secrets) -> None:
+        super().__init__(writer)
+        self.path = path
+        self.secrets = secrets
+        self._created = False
+
+    def create(self) -> None:
+        if not self._created:
+            self._created = True
+            self.path.write_bytes(b"")
+
+    def write(self, items: list[Line]) -> None:
+        self.create()
+        text = b"".join(line_json(line, self.secrets) for line in items)
+        with self.path.open("ab") as out:
+            out.write(text)
 
 
 def line_json(line: Line, secrets: Secrets) -> bytes:
@@ -211,41 +263,55 @@ def line_json(line: Line, secrets: Secrets) -> bytes:
     return orjson.dumps(out) + b"\n"
 
 
+def session_head(capture: SessionCapture, meta: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
+    """The sidecar while the session runs: the handshake, marked `complete: false` (replaced
+    at the end by `write_session`'s)."""
+    return {
+        "format": "sseproxy-capture",
+        "version": FORMAT_VERSION,
+        "transport": TRANSPORT,
+        "session_id": capture.session_id,
+        "started_at": capture.started_at,
+        "complete": False,
+        **secrets.redact(meta),
+        "messages_file": capture.stem + MESSAGES_SUFFIX,
+    }
+
+
 def write_session(
     directory: Path, capture: SessionCapture, meta: dict[str, Any], secrets: Secrets
 ) -> str:
-    """Write the messages file, then the sidecar (renamed into place: readers never see half
-    of one); returns the files' stem."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(capture.started_at))
-    stem = f"{stamp}-{capture.session_id}"
+    """Complete the messages file (all of it, for a capture kept in memory), then write the
+    sidecar (renamed into place: readers never see half of one); returns the files' stem."""
+    stem = capture.stem
     messages = stem + MESSAGES_SUFFIX
-    (directory / messages).write_bytes(b"".join(line_json(line, secrets) for line in capture.lines))
+    if capture.file is None:
+        text = b"".join(line_json(line, secrets) for line in capture.lines)
+        (directory / messages).write_bytes(text)
+    else:
+        capture.file.flush()
+        capture.file.create()
     sidecar: dict[str, Any] = {
         "format": "sseproxy-capture",
         "version": FORMAT_VERSION,
         "transport": TRANSPORT,
         "session_id": capture.session_id,
         "started_at": capture.started_at,
+        "complete": True,
         **secrets.redact(meta),
         "messages_file": messages,
-        "messages": len(capture.lines),
+        "messages": capture.count,
         "messages_seen": capture.seen,
         "truncated": capture.truncated_at is not None,
         **(
-            {"truncated_at": capture.truncated_at, "truncated_reason": TRUNCATED_REASON}
+            {"truncated_at": capture.truncated_at, "truncated_reason": capture.truncated_reason}
             if capture.truncated_at is not None
             else {}
         ),
         "turn_records": secrets.redact(capture.turns),
         "turn_records_dropped": capture.turns_dropped,
     }
-    partial = directory / f".{stem}.json.partial"
-    try:
-        text = orjson.dumps(sidecar, option=orjson.OPT_INDENT_2, default=str)
-    except TypeError:  # what JSON cannot carry (a non-UTF-8 header value, ...) replaced
-        text = orjson.dumps(json_safe(sidecar), option=orjson.OPT_INDENT_2, default=str)
-    partial.write_bytes(text)
-    partial.rename(directory / f"{stem}.json")
+    write_sidecar(directory, stem, sidecar)
     return stem
 
 
@@ -283,7 +349,10 @@ def load_session(path: Path) -> SessionFile:
     if not isinstance(sidecar, dict) or not is_session(sidecar):
         raise ValueError(f"{path} is not an sseproxy session capture")
     text = (path.parent / str(sidecar["messages_file"])).read_bytes()
-    lines = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+    rows = text.splitlines()
+    if unfinished(sidecar) and rows and not text.endswith(b"\n"):
+        rows.pop()  # the proxy stopped while writing it: a line is whole once it ends
+    lines = [orjson.loads(line) for line in rows if line.strip()]
     if not all(isinstance(line, dict) for line in lines):
         raise ValueError(f"{path}: a line of its messages file is not an object")
     return SessionFile(sidecar, lines)

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from .capture import TRUNCATED_REASON
+from .capture import TRUNCATED_REASON, UNFINISHED_REASON, unfinished
 from .core import EndReason
 from .core.dialects.sessions import (
     SESSION_SPECS,
@@ -78,7 +78,8 @@ def replay_session(file: SessionFile, out: TextIO = sys.stdout, err: TextIO = sy
     results: list[TurnResult] = []
     for line in file.lines:
         results += _feed(judge, line)
-    truncated = sidecar.get("truncated") is True
+    cut = unfinished(sidecar)  # the proxy stopped before the session ended
+    truncated = sidecar.get("truncated") is True or cut
     code = session.get("close_code")
     reason = session.get("close_reason") or ""
     results += judge.close(
@@ -116,11 +117,14 @@ def replay_session(file: SessionFile, out: TextIO = sys.stdout, err: TextIO = sy
         }
     }
     if truncated:
-        at = sidecar.get("truncated_at")
-        summary["partial_capture"] = {"truncated_at": at, "reason": TRUNCATED_REASON}
+        at = len(file.lines) if cut else sidecar.get("truncated_at")
+        reason = sidecar.get("truncated_reason") or TRUNCATED_REASON
+        reason = UNFINISHED_REASON if cut else reason
+        why = ": the proxy stopped before the session ended" if cut else ""
+        summary["partial_capture"] = {"truncated_at": at, "reason": reason}
         err.write(
             f"sseproxy replay: partial capture: the messages file stops at message {at} "
-            f"({TRUNCATED_REASON}); the turns are of those messages only\n"
+            f"({reason}{why}); the turns are of those messages only\n"
         )
     out.write(orjson.dumps(summary).decode() + "\n")
     if truncated:

@@ -27,6 +27,7 @@ from .inspector import CONTENT_CHARS, StreamView
 from .record import NO_BODY_STATUSES
 from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
 from .state import Answerer
+from .sinks import start_capture
 from .tapping import open_tap, tap_options
 from .upstream import (
     LIMITS,
@@ -345,8 +346,7 @@ def begin(
         tap=p.tap,
     )
     state.inspector.started(p.view)
-    if state.captures is not None:
-        p.capture = state.captures.new(facts.request_id, facts.start)
+    p.capture = start_capture(state, facts, p, dialect)
 
 
 def break_downstream(request: web.Request) -> None:

@@ -10,8 +10,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..capture import redact_headers
-from ..core import Verdict
+from ..capture import Capture, redact_headers
+from ..core import Dialect, Verdict
 from ..log import json_ready, level_for, request_finished
 from .record import Record
 from .state import Progress, ProxyState, RequestFacts
@@ -80,6 +80,40 @@ def deliver(
         safecall(state, "capture", save)
 
 
+def start_capture(
+    state: ProxyState, facts: RequestFacts, progress: Progress, dialect: Dialect | None
+) -> Capture | None:
+    """The response's capture, its files begun now with what its head says (`capture_meta`
+    completes them at the end), or None without capture (or if starting one failed)."""
+    captures = state.captures
+    if captures is None:
+        return None
+    started: list[Capture] = []
+
+    def start() -> None:
+        head = {
+            "method": facts.method,
+            "path": facts.path,
+            "request_headers": redact_headers(facts.headers, facts.secrets),
+            "request_body_base64": captures.request_body(facts.body),
+            "status": progress.status,
+            "response_headers": progress.response_headers,
+            "dialect": str(dialect) if dialect else None,
+            "content_encoding": _content_encoding(progress),
+        }
+        started.append(captures.new(facts.request_id, facts.start, head, facts.secrets))
+
+    safecall(state, "capture", start)
+    return started[0] if started else None
+
+
+def _content_encoding(progress: Progress) -> str | None:
+    return next(
+        (v for k, v in progress.response_headers.items() if k.lower() == "content-encoding"),
+        None,
+    )
+
+
 def capture_meta(
     state: ProxyState, facts: RequestFacts, progress: Progress, verdict: Verdict, record: Record
 ) -> dict[str, Any]:
@@ -92,10 +126,7 @@ def capture_meta(
         "status": progress.status,
         "response_headers": progress.response_headers,
         "dialect": str(verdict.dialect),
-        "content_encoding": next(
-            (v for k, v in progress.response_headers.items() if k.lower() == "content-encoding"),
-            None,
-        ),
+        "content_encoding": _content_encoding(progress),
         "end": str(progress.end),
         "http_complete": progress.http_complete,
         "verdict": json_ready(verdict.to_dict()),  # captures.save redacts all it writes

@@ -297,7 +297,9 @@ async def session(
     s.leaving = leaving = Leaving(ws, upstream, s)
     try:
         await ws.prepare(request)
-        s.capture = ws_capture.start(state, facts.request_id, time.monotonic())
+        s.capture = ws_capture.start(
+            state, x, str(spec.dialect), handshake.subprotocol, handshake.headers, time.monotonic()
+        )
         _inspected(state, x, s, handshake, bool(ws.compress))
         both = (
             _from_client(ws, upstream, s, state, x),

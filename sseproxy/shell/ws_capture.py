@@ -7,15 +7,58 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..capture import redact_headers
+from ..redact import Secrets
 from ..session_capture import Direction, Kind, SessionCapture
 from .sinks import safecall
 from .state import Exchange, ProxyState
 
 
-def start(state: ProxyState, session_id: str, now: float) -> SessionCapture | None:
-    """The session's capture, when the proxy captures (`now`: the 101, its times' zero)."""
+def start(
+    state: ProxyState,
+    x: Exchange,
+    dialect: str,
+    subprotocol: str | None,
+    headers: list[tuple[bytes, bytes]],
+    now: float,
+) -> SessionCapture | None:
+    """The session's capture, when the proxy captures (`now`: the 101, its times' zero): its
+    files begun now with the handshake (`save` completes them at the end)."""
     store = state.captures
-    return store.session(session_id, now) if store is not None else None
+    if store is None:
+        return None
+    secrets = x.facts.secrets
+    started: list[SessionCapture] = []
+
+    def begin() -> None:
+        head = {
+            "dialect": dialect,
+            "path": x.facts.path,
+            "handshake": _handshake(x, secrets, headers, subprotocol),
+        }
+        started.append(store.session(x.facts.request_id, now, head, secrets))
+
+    safecall(state, "capture", begin)
+    return started[0] if started else None
+
+
+def _handshake(
+    x: Exchange,
+    secrets: Secrets,
+    headers: list[tuple[bytes, bytes]],
+    subprotocol: str | None,
+    extensions: Any = None,
+) -> dict[str, Any]:
+    """Both sides' headers of the upgrade, redacted as HTTP captures redact them."""
+    upstream = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+    out: dict[str, Any] = {
+        "status": 101,
+        "request_headers": redact_headers(x.facts.headers, secrets),
+        "response_headers": redact_headers(upstream, secrets),
+        "subprotocol": subprotocol,
+    }
+    if extensions is not None:
+        out["extensions"] = extensions
+    return out
 
 
 def note(
@@ -68,18 +111,13 @@ def save(
     secrets = x.facts.secrets
 
     def meta() -> dict[str, Any]:
-        upstream = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
         return {
             "dialect": record["dialect"],
             "path": record["path"],
             "end": end,
-            "handshake": {
-                "status": 101,
-                "request_headers": redact_headers(x.facts.headers, secrets),
-                "response_headers": redact_headers(upstream, secrets),
-                "subprotocol": record["subprotocol"],
-                "extensions": record["extensions"],
-            },
+            "handshake": _handshake(
+                x, secrets, headers, record["subprotocol"], record["extensions"]
+            ),
             "session": dict(record),
         }
 
