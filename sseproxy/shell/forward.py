@@ -26,8 +26,8 @@ from .errors import CLIENT_IO, Ended
 from .inspector import CONTENT_CHARS, StreamView
 from .record import NO_BODY_STATUSES
 from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
-from .state import Answerer
 from .sinks import start_capture
+from .state import Answerer
 from .tapping import open_tap, tap_options
 from .upstream import (
     LIMITS,
