@@ -33,6 +33,7 @@ from yarl import URL
 from .budget import HeldBytes
 from .upstream import UpstreamPool
 from .upstream.parser import ResponseParser
+from .ws_frames import FrameCursor
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
@@ -41,14 +42,14 @@ from .upstream.parser import ResponseParser
 MAX_QUEUED_BYTES = 1024 * 1024
 ITEM_OVERHEAD = 128
 # The work done in one loop callback for the upstream (fairness: one peer never holds the
-# loop): bytes are handed to websockets' parser SLICE_BYTES at a time (a frame is at least
-# 2 bytes, so a slice yields at most SLICE_BYTES // 2 events), and a callback stops feeding
-# once MAX_EVENTS_PER_TURN could be passed or TURN_INFLATED_BYTES of message data came out
+# loop): websockets' parser is handed one frame at a time (`FrameCursor`), and a callback
+# stops after MAX_EVENTS_PER_TURN frames or once TURN_INFLATED_BYTES of message data came out
 # (one inflated message may be larger, within max_ws_message_bytes). The rest of the read
-# waits, the socket paused, for a later loop iteration.
-SLICE_BYTES = 512
-MAX_EVENTS_PER_TURN = 1024
+# waits, the socket paused, for a later loop iteration. The answer to the upgrade (and a
+# refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end.
+MAX_EVENTS_PER_TURN = 256
 TURN_INFLATED_BYTES = 1024 * 1024
+SLICE_BYTES = 4096
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
 ITEMS_PER_YIELD = 64
@@ -123,6 +124,8 @@ class UpstreamSocket(asyncio.Protocol):
         self._parts: list[bytes] = []
         self._head = bytearray()  # the answer's first bytes, until the handshake is done
         self._unfed = bytearray()  # read from the socket, not yet given to the parser
+        self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
+        self._tail = b""  # the last bytes of the answer's head handed over (its end spans reads)
         self._turn_handle: asyncio.Handle | None = None  # the next turn, when scheduled
         self._reading = True  # the transport's reading, as this protocol last set it
         self._eof = False  # the upstream's end of stream, parsed after what came before it
@@ -175,11 +178,17 @@ class UpstreamSocket(asyncio.Protocol):
         events = inflated = 0
         unfed = self._unfed
         while unfed and not self.paused and not self.ended:
-            if events + SLICE_BYTES // 2 > MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
+            if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
                 self._schedule()
                 break
-            chunk = bytes(unfed[:SLICE_BYTES])
-            del unfed[:SLICE_BYTES]
+            n = self._span()
+            if n == len(unfed):
+                chunk = bytes(unfed)
+                unfed.clear()
+            else:
+                with memoryview(unfed) as view:
+                    chunk = bytes(view[:n])
+                del unfed[:n]
             if not self.handshake.done() and len(self._head) < MAX_HEAD_KEPT:
                 self._head += chunk[: MAX_HEAD_KEPT - len(self._head)]
             self.ws.receive_data(chunk)
@@ -194,6 +203,20 @@ class UpstreamSocket(asyncio.Protocol):
         if not unfed:
             self._input_ended()
         self._flow()
+
+    def _span(self) -> int:
+        """How many unparsed bytes to hand websockets next: up to the end of one frame once
+        the upgrade holds; before, up to the end of the answer's head (frames follow it)."""
+        unfed = self._unfed
+        if self._cursor is not None:
+            return self._cursor.span(unfed)
+        if self.handshake.done():  # a refusal's body: no frames follow
+            return min(SLICE_BYTES, len(unfed))
+        window = self._tail + bytes(unfed[:SLICE_BYTES])
+        end = window.find(b"\r\n\r\n")
+        n = end + 4 - len(self._tail) if end >= 0 else min(SLICE_BYTES, len(unfed))
+        self._tail = window[: len(self._tail) + n][-3:]
+        return n
 
     def _schedule(self) -> None:
         if self._turn_handle is None and not self.paused:
@@ -269,6 +292,7 @@ class UpstreamSocket(asyncio.Protocol):
             for k, v in response.headers.raw_items()
         ]
         if exc is None:
+            self._cursor = FrameCursor()  # the head ended exactly here: frames from now on
             names = [str(e.name) for e in self.ws.extensions]
             self._answer(Handshake(101, headers, self.ws.subprotocol, names))
         else:

@@ -1,0 +1,304 @@
+"""Bounds on a WebSocket session's upstream leg: the messages queued for a client that does
+not read (per session, and across sessions), what inflating may hold, and the work done in
+one loop callback (a read of 100,000 tiny frames or pings, or a stream of deflate bombs, is
+parsed in bounded turns with the socket paused, other tasks running between them).
+
+The leg's protocol is driven here through a fake transport (what a socket would call), so
+the tests see each callback's work and the transport's pauses; the proxy-level tests at the
+end check the same bounds through real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import struct
+import zlib
+
+import pytest
+from yarl import URL
+
+from sseproxy.shell import ws_upstream
+from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.ws_upstream import (
+    ITEM_OVERHEAD,
+    ITEMS_PER_YIELD,
+    MAX_EVENTS_PER_TURN,
+    MAX_QUEUED_BYTES,
+    TURN_INFLATED_BYTES,
+    Control,
+    Message,
+    UpstreamSocket,
+    upgrade,
+)
+
+MIB = 1024 * 1024
+
+
+class FakeTransport:
+    """What UpstreamSocket's socket would be, noting reading and writes."""
+
+    def __init__(self, protocol: UpstreamSocket) -> None:
+        self.protocol = protocol
+        self.reading = True
+        self.pauses = 0
+        self.closing = False
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed twice"
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    abort = close
+
+
+def frame(opcode: int, payload: bytes, fin: bool = True, rsv1: bool = False) -> bytes:
+    """One unmasked frame, as a server sends it."""
+    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        return bytes((first, n)) + payload
+    if n < 1 << 16:
+        return bytes((first, 126)) + struct.pack("!H", n) + payload
+    return bytes((first, 127)) + struct.pack("!Q", n) + payload
+
+
+async def opened(
+    deflate: bool = False, budget: HeldBytes | None = None, limit: int = 128 * MIB
+) -> tuple[UpstreamSocket, FakeTransport]:
+    """An upstream leg whose upgrade was accepted, as `connect` leaves it."""
+    ws, request = upgrade(URL("http://upstream.test/v1/realtime"), [], deflate, [], limit)
+    key = next(
+        line.split(b":", 1)[1].strip()
+        for line in request.split(b"\r\n")
+        if line.lower().startswith(b"sec-websocket-key:")
+    )
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    head += b"Sec-WebSocket-Accept: " + accept + b"\r\n"
+    if deflate:
+        head += b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+    sock = UpstreamSocket(ws, budget)
+    transport = FakeTransport(sock)
+    sock.connection_made(transport)  # type: ignore[arg-type]
+    sock.data_received(head + b"\r\n")
+    handshake = await asyncio.wait_for(sock.handshake, 5)
+    assert handshake.status == 101
+    return sock, transport
+
+
+async def settle(sock: UpstreamSocket) -> None:
+    """Let every scheduled parsing turn run (the relay takes nothing meanwhile)."""
+    for _ in range(100_000):
+        turns = sock.turns
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        if sock.turns == turns:
+            return
+    raise AssertionError("the parser never stopped")
+
+
+class Ticker:
+    """Another task on the loop: notes which parsing turn it ran after."""
+
+    def __init__(self, sock: UpstreamSocket) -> None:
+        self.sock = sock
+        self.seen: list[int] = []
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.seen.append(self.sock.turns)
+            await asyncio.sleep(0)
+
+    def stop(self) -> set[int]:
+        self.task.cancel()
+        return set(self.seen)
+
+
+# -- the work per callback -------------------------------------------------------------------
+
+
+async def test_100000_tiny_fragments_in_one_read_are_parsed_in_bounded_turns() -> None:
+    sock, transport = await opened()
+    n = 100_000
+    wire = frame(0x1, b"a", fin=False) + frame(0x0, b"", fin=False) * (n - 2) + frame(0x0, b"z")
+    sock.data_received(wire)
+    # the callback stopped early: the message is not whole yet, and the socket waits
+    assert not sock.items
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert not transport.reading
+    ticker = Ticker(sock)
+    message = await asyncio.wait_for(sock.next(), 30)
+    turns = ticker.stop()
+    assert message == Message(True, b"az")
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert sock.turns >= n // MAX_EVENTS_PER_TURN
+    # the other task ran between the turns, not once before and once after them all
+    assert len(turns) >= n // MAX_EVENTS_PER_TURN
+    assert transport.reading  # everything read was parsed: the socket is read again
+
+
+async def test_100000_pings_in_one_read_are_queued_up_to_the_bound_then_the_socket_waits() -> None:
+    sock, transport = await opened()
+    n = 100_000
+    sock.data_received(frame(0x9, b"") * n)
+    assert len(sock.items) <= MAX_EVENTS_PER_TURN
+    await settle(sock)
+    # a ping counts its objects: the queue's bound holds for a flood of empty pings
+    assert sock.queued <= MAX_QUEUED_BYTES + ITEM_OVERHEAD
+    assert len(sock.items) == MAX_QUEUED_BYTES // ITEM_OVERHEAD + 1
+    assert not transport.reading and sock.paused
+    # every ping reaches the relay, in order, none dropped
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(n)]
+    assert got == [Control("ping", b"")] * n
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert transport.reading and sock.queued == 0
+
+
+async def test_a_stream_of_deflate_bombs_inflates_one_turn_at_a_time_within_the_queue() -> None:
+    sock, transport = await opened(deflate=True)
+    size = TURN_INFLATED_BYTES  # each message: 1 MiB of one byte, about 1 KB on the wire
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for i in range(40):
+        body = deflater.compress(bytes((65 + i % 26,)) * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    assert len(wire) < 100_000
+    sock.data_received(wire)
+    assert len(sock.items) == 1  # one turn: TURN_INFLATED_BYTES inflated, then the loop
+    await settle(sock)
+    # the queue's bound, plus the one message that crossed it: never the 40 MiB inflated
+    assert sock.queued <= MAX_QUEUED_BYTES + size + ITEM_OVERHEAD
+    assert not transport.reading
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(40)]
+    assert [m.data == bytes((65 + i % 26,)) * size for i, m in enumerate(got)] == [True] * 40
+    assert sock.queued == 0 and transport.reading
+
+
+async def test_each_turn_hands_at_most_its_inflated_bytes_then_the_loop_runs() -> None:
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for _ in range(8):  # small messages: a turn ends at TURN_INFLATED_BYTES, not at one message
+        body = deflater.compress(b"x" * (64 * 1024)) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x1, body[:-4], rsv1=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ws_upstream, "TURN_INFLATED_BYTES", 3 * 64 * 1024)
+        sock.data_received(wire)
+        assert len(sock.items) == 3  # at the bound: the turn ends
+        ticker = Ticker(sock)
+        got = [await asyncio.wait_for(sock.next(), 10) for _ in range(8)]
+        turns = ticker.stop()
+    assert got == [Message(True, b"x" * (64 * 1024))] * 8
+    assert sock.turns == 1 + 3  # the answer's, then 3 + 3 + 2 messages
+    assert len(turns) >= 2  # the other task ran between the later turns
+
+
+async def test_the_relay_lets_other_tasks_run_while_the_queue_is_never_empty() -> None:
+    sock, _ = await opened()
+    sock.data_received(frame(0x2, b"m") * 500)
+    ran = 0
+
+    async def other() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    before = ran
+    for _ in range(500):
+        await sock.next()
+    task.cancel()
+    # the 500 items were all queued: the relay waited on nothing, yet others ran between
+    assert ran - before >= 500 // ITEMS_PER_YIELD - 1
+
+
+# -- the queue of one session ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_the_socket_is_paused_only_past_the_queue_bound(extra: int) -> None:
+    sock, transport = await opened()
+    payload = b"q" * (MAX_QUEUED_BYTES - ITEM_OVERHEAD + extra)
+    sock.data_received(frame(0x2, payload))
+    await settle(sock)
+    assert sock.queued == MAX_QUEUED_BYTES + extra
+    assert transport.reading is (extra == 0)
+    assert sock.paused is (extra == 1)
+    assert await sock.next() == Message(False, payload)
+    assert transport.reading and not sock.paused
+
+
+async def test_a_paused_socket_keeps_the_rest_of_its_read_and_its_end_for_later() -> None:
+    sock, transport = await opened()
+    big = b"b" * MAX_QUEUED_BYTES
+    # one read: a message over the bound, then more messages and the close, then the end
+    sock.data_received(frame(0x2, big) + frame(0x1, b"after") + frame(0x8, b"\x03\xe8bye"))
+    sock.eof_received()
+    sock.connection_lost(None)
+    await settle(sock)
+    assert not transport.reading and len(sock.items) == 1  # the rest waits, unparsed
+    assert await sock.next() == Message(False, big)
+    assert await sock.next() == Message(True, b"after")
+    assert await sock.next() == Control("close", b"", 1000, "bye")
+    assert await asyncio.wait_for(sock.next(), 5) is None
+
+
+# -- all sessions together -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_sessions_stop_reading_when_their_total_passes_the_cap(extra: int) -> None:
+    budget = HeldBytes(cap=2 * (1000 + ITEM_OVERHEAD) - extra)
+    (a, ta), (b, tb) = await opened(budget=budget), await opened(budget=budget)
+    a.data_received(frame(0x2, b"a" * 1000))
+    b.data_received(frame(0x2, b"b" * 1000))
+    assert budget.total == 2 * (1000 + ITEM_OVERHEAD)
+    # at the cap both read on; one byte past it, the session that crossed it waits
+    assert (ta.reading, tb.reading) == (True, extra == 0)
+    c, tc = await opened(budget=budget)
+    c.data_received(frame(0x2, b"c"))
+    assert not tc.reading  # past the cap either way: holding anything, it waits
+    # a session holding nothing is not stopped by the others
+    d, td = await opened(budget=budget)
+    assert td.reading
+    assert await b.next() == Message(False, b"b" * 1000)
+    assert tb.reading  # its queue is empty: reading again
+    for sock in (a, b, c, d):
+        sock.abort()
+    assert budget.total == 0
+
+
+async def test_the_queue_stops_counting_when_the_session_ends() -> None:
+    budget = HeldBytes(cap=10 * MIB)
+    sock, _ = await opened(budget=budget)
+    sock.data_received(frame(0x2, b"x" * 5000) * 3)
+    assert budget.total == 3 * (5000 + ITEM_OVERHEAD)
+    assert await sock.next() == Message(False, b"x" * 5000)
+    assert budget.total == 2 * (5000 + ITEM_OVERHEAD)
+    sock.abort()
+    assert budget.total == 0
+    await sock.next()  # taking what is left after the end no longer counts
+    assert budget.total == 0
