@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import socket
 import struct
 import zlib
+from typing import Any
 
+import aiohttp
 import pytest
 from yarl import URL
 
+from sseproxy.config import load
 from sseproxy.shell import ws_upstream
+from sseproxy.shell.app import STATE, create_app
 from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.state import ProxyState
 from sseproxy.shell.ws_upstream import (
     ITEM_OVERHEAD,
     ITEMS_PER_YIELD,
@@ -31,6 +37,7 @@ from sseproxy.shell.ws_upstream import (
     UpstreamSocket,
     upgrade,
 )
+from tests.integration.ws_upstream import WsUpstream
 
 MIB = 1024 * 1024
 
@@ -302,3 +309,117 @@ async def test_the_queue_stops_counting_when_the_session_ends() -> None:
     assert budget.total == 0
     await sock.next()  # taking what is left after the end no longer counts
     assert budget.total == 0
+
+
+# -- through the proxy -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def wsup(aiohttp_server: Any) -> tuple[WsUpstream, str]:
+    up = WsUpstream()
+    server = await aiohttp_server(up.app())
+    return up, str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+def proxied(aiohttp_server: Any, logs: Any, wsup: tuple[WsUpstream, str]) -> Any:
+    async def make(**overrides: Any) -> tuple[str, ProxyState]:
+        app = create_app(load(None, {}, {"upstream": wsup[1], **overrides}))
+        server = await aiohttp_server(app)
+        return str(server.make_url("")).rstrip("/"), app[STATE]
+
+    return make
+
+
+def small_window(addr_info: Any) -> socket.socket:
+    """A client socket with a small receive buffer: a client that stops reading pushes back
+    after a few KiB, not the megabytes loopback's autotuning would take."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return sock
+
+
+async def session(base: str) -> Any:
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(socket_factory=small_window))
+    try:
+        ws = await http.ws_connect(
+            base + "/v1/realtime", autoping=False, autoclose=False, max_msg_size=0
+        )
+    except BaseException:
+        await http.close()
+        raise
+    ws.http = http
+    return ws
+
+
+def numbered(i: int, size: int) -> bytes:
+    return i.to_bytes(4, "big") * (size // 4)
+
+
+def sender(count: int, size: int, sent: list[int]) -> Any:
+    async def script(ws: Any, request: Any) -> None:
+        for i in range(count):
+            await ws.send_bytes(numbered(i, size))
+            sent.append(i)
+        async for _msg in ws:
+            pass
+
+    return script
+
+
+async def until(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_client_that_stops_reading_holds_its_queue_then_gets_every_message_in_order(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    count, size = 64, 256 * 1024
+    sent: list[int] = []
+    up.script = sender(count, size, sent)
+    base, state = await proxied()
+    ws = await session(base)
+    try:
+        # the client reads nothing: the queue fills to its bound, then the upstream waits
+        await until(lambda: state.ws_held.total > MAX_QUEUED_BYTES, "the queue filled")
+        await asyncio.sleep(0.3)
+        assert len(sent) < count
+        assert state.ws_held.peak <= MAX_QUEUED_BYTES + size + ITEM_OVERHEAD
+        got = [await asyncio.wait_for(ws.receive(), 30) for _ in range(count)]
+    finally:
+        await ws.close()
+        await ws.http.close()
+    assert [m.data == numbered(i, size) for i, m in enumerate(got)] == [True] * count
+    await logs.wait_sessions()
+    assert state.ws_held.total == 0  # given back when the session ended
+
+
+async def test_sessions_together_hold_at_most_the_cap_then_every_message_arrives(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    clients = 4
+    count, size, cap = 128, 64 * 1024, 512 * 1024
+    up.script = sender(count, size, [])
+    base, state = await proxied(max_ws_held_bytes=cap)
+    sockets = [await session(base) for _ in range(clients)]
+    try:
+        await until(lambda: state.ws_held.total > cap, "the cap was reached")
+        await asyncio.sleep(0.3)
+        # each session queues at most one message past the cap, never its own 1 MiB bound
+        assert state.ws_held.peak <= cap + clients * (size + ITEM_OVERHEAD)
+        got = [[await asyncio.wait_for(ws.receive(), 30) for _ in range(count)] for ws in sockets]
+    finally:
+        for ws in sockets:
+            await ws.close()
+            await ws.http.close()
+    for messages in got:
+        assert [m.data == numbered(i, size) for i, m in enumerate(messages)] == [True] * count
+    await logs.wait_sessions(clients)
+    assert state.ws_held.total == 0
