@@ -112,6 +112,7 @@ class UpstreamSocket(asyncio.Protocol):
         self.handshake: asyncio.Future[Handshake] = loop.create_future()
         self.items: deque[Item] = deque()
         self.queued = 0  # bytes the queue holds, items' overhead included
+        self.in_flight = 0  # the item the relay took last, counted until it takes the next
         self.ready = asyncio.Event()
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -370,8 +371,11 @@ class UpstreamSocket(asyncio.Protocol):
     # -- the relay's side -------------------------------------------------------------------
 
     async def next(self) -> Item:
-        """The next message or control, in order; None once the connection ended. Lets
-        other tasks run every ITEMS_PER_YIELD items taken without waiting."""
+        """The next message or control, in order; None once the connection ended. The one
+        returned still counts in `budget` until the relay asks for the next (it is being
+        written to the client meanwhile). Lets other tasks run every ITEMS_PER_YIELD items
+        taken without waiting."""
+        self._take(0)  # the previous one was written
         if self._taken >= ITEMS_PER_YIELD:
             self._taken = 0
             await asyncio.sleep(0)
@@ -381,13 +385,21 @@ class UpstreamSocket(asyncio.Protocol):
             await self.ready.wait()
         self._taken += 1
         item = self.items.popleft()
-        self._count(-_size(item))
+        size = _size(item)
+        self._count(-size)
+        self._take(size)
         if self.paused and self._has_room():
             self.paused = False
             if self._unfed:
                 self._schedule()  # the rest of the last read first, then the socket again
             self._flow()
         return item
+
+    def _take(self, size: int) -> None:
+        """Count `size` bytes as the item the relay is writing (in `budget` only)."""
+        if self.budget is not None and not self._released:
+            self.budget.change(size - self.in_flight)
+        self.in_flight = size
 
     async def send(self, item: Message | Control) -> None:
         """Write `item`; waits while the upstream's socket buffer is full (back-pressure)."""
@@ -424,7 +436,7 @@ class UpstreamSocket(asyncio.Protocol):
         if not self._released:
             self._released = True
             if self.budget is not None:
-                self.budget.change(-self.queued)
+                self.budget.change(-self.queued - self.in_flight)
 
 
 def _size(item: Item) -> int:
