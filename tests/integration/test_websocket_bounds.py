@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import WSMsgType
 from yarl import URL
 
 from sseproxy.config import load
@@ -37,6 +38,7 @@ from sseproxy.shell.ws_upstream import (
     UpstreamSocket,
     upgrade,
 )
+from tests.integration.test_websocket_leg import FramingUpstream
 from tests.integration.ws_upstream import WsUpstream
 
 MIB = 1024 * 1024
@@ -427,4 +429,50 @@ async def test_sessions_together_hold_at_most_the_cap_then_every_message_arrives
     for messages in got:
         assert [m.data == numbered(i, size) for i, m in enumerate(messages)] == [True] * count
     await logs.wait_sessions(clients)
+    assert state.ws_held.total == 0
+
+
+async def test_the_relay_lets_other_tasks_run_while_the_client_sends_without_pause() -> None:
+    sock, transport = await opened()
+    ran = 0
+
+    async def other() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    before = ran
+    for i in range(500):  # the upstream's socket never pushes back: send never has to wait
+        await sock.send(Message(False, i.to_bytes(2, "big")))
+    task.cancel()
+    assert ran - before >= 500 // ITEMS_PER_YIELD - 1
+    assert len(transport.written) == 500
+
+
+async def test_a_flood_of_upstream_pings_reaches_the_client_whole_and_in_order(
+    proxied: Any, logs: Any
+) -> None:
+    # 20,000 pings in one write: 2.6 MB queued as counted, so the queue fills and drains
+    # many times over, the upstream paused and resumed between; none is dropped
+    n = 20_000
+    upstream = FramingUpstream(b"".join(frame(0x9, i.to_bytes(4, "big")) for i in range(n)))
+    await upstream.start()
+    try:
+        base, state = await proxied(upstream=upstream.url)
+        ws = await session(base)
+        try:
+            got = [await asyncio.wait_for(ws.receive(), 30) for _ in range(n)]
+        finally:
+            await ws.close()
+            await ws.http.close()
+    finally:
+        await upstream.stop()
+    assert [(m.type, m.data) for m in got] == [
+        (WSMsgType.PING, i.to_bytes(4, "big")) for i in range(n)
+    ]
+    [record] = await logs.wait_sessions()
+    assert record["closed_by"] == "client"
     assert state.ws_held.total == 0
