@@ -49,6 +49,10 @@ ITEM_OVERHEAD = 128
 # refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end.
 MAX_EVENTS_PER_TURN = 256
 TURN_INFLATED_BYTES = 1024 * 1024
+# A turn that inflated a large message (one may take a good part of a second at 128 MiB) lets
+# one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
+# check or another session needs a few iterations, and gets them between two such messages.
+MAX_ITERATIONS_OWED = 256
 SLICE_BYTES = 4096
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
@@ -128,6 +132,7 @@ class UpstreamSocket(asyncio.Protocol):
         self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
         self._tail = b""  # the last bytes of the answer's head handed over (its end spans reads)
         self._turn_handle: asyncio.Handle | None = None  # the next turn, when scheduled
+        self._owed = 0  # loop iterations the next turn waits: the last one inflated this much
         self._reading = True  # the transport's reading, as this protocol last set it
         self._eof = False  # the upstream's end of stream, parsed after what came before it
         self._lost_with: list[Exception | None] = []  # connection_lost, after the unparsed
@@ -145,9 +150,10 @@ class UpstreamSocket(asyncio.Protocol):
         if self.ended:
             return
         self._unfed += data
-        if self._turn_handle is None and not self.paused:
+        if self._turn_handle is None and not self.paused and not self._owed:
             self._turn()
         else:
+            self._schedule()  # (when not already scheduled, nor waiting for the relay)
             self._flow()
 
     def eof_received(self) -> bool | None:
@@ -199,6 +205,7 @@ class UpstreamSocket(asyncio.Protocol):
             if self._over():
                 self.paused = True
         self.most_events = max(self.most_events, events)
+        self._owed = min(inflated // TURN_INFLATED_BYTES, MAX_ITERATIONS_OWED)
         if self.ended:
             unfed.clear()
         if not unfed:
@@ -221,7 +228,14 @@ class UpstreamSocket(asyncio.Protocol):
 
     def _schedule(self) -> None:
         if self._turn_handle is None and not self.paused:
-            self._turn_handle = self._loop.call_soon(self._turn)
+            self._turn_handle = self._loop.call_soon(self._after, self._owed)
+
+    def _after(self, iterations: int) -> None:
+        """The next turn, once `iterations` more loop iterations have run other callbacks."""
+        if iterations > 0:
+            self._turn_handle = self._loop.call_soon(self._after, iterations - 1)
+        else:
+            self._turn()
 
     def _input_ended(self) -> None:
         """Everything read was parsed: now the end of stream and the lost connection."""

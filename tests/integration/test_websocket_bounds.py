@@ -476,3 +476,22 @@ async def test_a_flood_of_upstream_pings_reaches_the_client_whole_and_in_order(
     [record] = await logs.wait_sessions()
     assert record["closed_by"] == "client"
     assert state.ws_held.total == 0
+
+
+async def test_after_a_turn_that_inflated_a_large_message_other_callbacks_get_iterations() -> None:
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    size = 8 * TURN_INFLATED_BYTES
+    wire = b""
+    for _ in range(3):
+        body = deflater.compress(b"\0" * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    sock.data_received(wire)
+    assert len(sock.items) == 1
+    ticker = Ticker(sock)
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(3)]
+    ticker.stop()
+    assert got == [Message(False, b"\0" * size)] * 3
+    # the other task ran at least 8 times (one per MiB inflated) between two such turns
+    steps = [ticker.seen.count(turn) for turn in sorted(set(ticker.seen))]
+    assert min(steps[:-1]) >= 8
