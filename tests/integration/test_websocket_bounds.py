@@ -495,3 +495,47 @@ async def test_after_a_turn_that_inflated_a_large_message_other_callbacks_get_it
     # the other task ran at least 8 times (one per MiB inflated) between two such turns
     steps = [ticker.seen.count(turn) for turn in sorted(set(ticker.seen))]
     assert min(steps[:-1]) >= 8
+
+
+async def test_an_upstream_that_stops_reading_stops_the_proxy_reading_its_client(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    count, size = 64, 1024 * 1024
+    gate = asyncio.Event()
+    received: list[bytes] = []
+
+    async def script(ws: Any, request: Any) -> None:
+        await gate.wait()  # reads nothing until the test says so
+        async for msg in ws:
+            received.append(msg.data)
+            if len(received) == count:
+                break
+
+    up.script = script
+    base, _ = await proxied()
+    ws = await session(base)
+    sent = 0
+
+    async def send_all() -> None:
+        nonlocal sent
+        for i in range(count):
+            await ws.send_bytes(numbered(i, size))
+            sent += 1
+
+    sender_task = asyncio.ensure_future(send_all())
+    try:
+        last = -1
+        while sent != last:  # until the client's sends stop getting anywhere
+            last = sent
+            await asyncio.sleep(0.5)
+        # socket buffers and aiohttp's bounded reader hold some MiB, never the 64 sent
+        assert sent < count
+        gate.set()
+        await asyncio.wait_for(sender_task, 30)
+        await until(lambda: len(received) == count, "the upstream got every message")
+    finally:
+        sender_task.cancel()
+        await ws.close()
+        await ws.http.close()
+    assert [data == numbered(i, size) for i, data in enumerate(received)] == [True] * count
