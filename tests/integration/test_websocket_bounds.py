@@ -539,3 +539,38 @@ async def test_an_upstream_that_stops_reading_stops_the_proxy_reading_its_client
         await ws.close()
         await ws.http.close()
     assert [data == numbered(i, size) for i, data in enumerate(received)] == [True] * count
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_one_callback_handles_up_to_its_frame_bound_and_not_one_more(extra: int) -> None:
+    sock, transport = await opened()
+    turns = sock.turns
+    sock.data_received(frame(0x9, b"p") * (MAX_EVENTS_PER_TURN + extra))
+    assert len(sock.items) == MAX_EVENTS_PER_TURN
+    assert sock.turns == turns + 1
+    assert transport.reading is (extra == 0)  # one frame left: the socket waits for it
+    await settle(sock)
+    assert len(sock.items) == MAX_EVENTS_PER_TURN + extra
+    assert sock.turns == turns + 1 + extra and transport.reading
+
+
+@pytest.mark.parametrize("short", [1, 0])
+async def test_one_callback_inflates_up_to_its_byte_bound_then_stops(
+    short: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = 64 * 1024  # under the queue's bound, so that only the turn's bound stops it
+    monkeypatch.setattr(ws_upstream, "TURN_INFLATED_BYTES", bound)
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for size in (bound - short, 1):
+        body = deflater.compress(b"i" * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    sock.data_received(wire)
+    # one byte short of the bound, the next message comes in the same callback; at it, later
+    assert len(sock.items) == (2 if short else 1)
+    await settle(sock)
+    assert [await sock.next(), await sock.next()] == [
+        Message(False, b"i" * (bound - short)),
+        Message(False, b"i"),
+    ]
