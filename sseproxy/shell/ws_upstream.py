@@ -49,11 +49,11 @@ ITEM_OVERHEAD = 128
 # refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end.
 MAX_EVENTS_PER_TURN = 256
 TURN_INFLATED_BYTES = 1024 * 1024
+SLICE_BYTES = 4096
 # A turn that inflated a large message (one may take a good part of a second at 128 MiB) lets
 # one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
 # check or another session needs a few iterations, and gets them between two such messages.
 MAX_ITERATIONS_OWED = 256
-SLICE_BYTES = 4096
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
 ITEMS_PER_YIELD = 64
@@ -105,7 +105,7 @@ class UpstreamSocket(asyncio.Protocol):
 
     What it holds is bounded: the queue for the relay (MAX_QUEUED_BYTES, and counted in
     `budget`, the proxy's total for sessions) and the unparsed rest of one socket read;
-    reading pauses while either waits. Parsing is done in bounded turns (see SLICE_BYTES).
+    reading pauses while either waits. Parsing is done in bounded turns (MAX_EVENTS_PER_TURN).
     """
 
     def __init__(self, ws: ClientProtocol, budget: HeldBytes | None = None) -> None:
