@@ -94,6 +94,12 @@ SERVE_FLAGS = (
         "response bytes held for all clients; beyond it the upstreams of clients holding any wait",
         "N",
     ),
+    Flag(
+        "max_ws_held_bytes",
+        "upstream WebSocket messages queued for all session clients; beyond it the upstreams "
+        "of sessions queueing any wait",
+        "N",
+    ),
     Flag("backlog", "listen backlog; 0: the system's somaxconn", "N"),
     Flag("shutdown_grace", "seconds in-flight streams get after SIGTERM/SIGINT", "SECONDS"),
     Flag(

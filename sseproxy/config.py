@@ -162,6 +162,7 @@ class Settings:
     max_concurrent_streams: int = 2000
     max_client_held_bytes: int = 256 * 1024
     max_held_bytes: int = 64 * 1024 * 1024
+    max_ws_held_bytes: int = 64 * 1024 * 1024
     backlog: int = 0  # 0: the system's somaxconn, read by the server at startup
     shutdown_grace: float = 8.0  # Docker's default stop timeout is 10 s
     admin_token: str = ""
@@ -559,6 +560,7 @@ def _validate(
         "max_client_held_bytes",
         "max_held_bytes",
         "max_log_queue_bytes",
+        "max_ws_held_bytes",
         "capture_max_bytes",
         "capture_max_total_bytes",
     ):

@@ -273,6 +273,7 @@ def create_app(
         captures,
         tracing,
         held=HeldBytes(settings.max_held_bytes),
+        ws_held=HeldBytes(settings.max_ws_held_bytes),
     )
     app.router.add_get(OWN_PREFIX + "healthz", healthz)
     app.router.add_get(OWN_PREFIX + "metrics", metrics)

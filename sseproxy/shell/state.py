@@ -237,6 +237,9 @@ class ProxyState:
     pool: UpstreamPool | None = None
     # Response bytes held for clients, against max_held_bytes.
     held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
+    # Upstream messages queued by WebSocket sessions for their clients, against
+    # max_ws_held_bytes.
+    ws_held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_ws_held_bytes))
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
     sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id

@@ -255,7 +255,7 @@ async def session(
     assert state.pool is not None
     try:
         upstream, handshake = await connect(
-            state.pool, url, protocol, wire, settings.connect_timeout
+            state.pool, url, protocol, wire, settings.connect_timeout, state.ws_held
         )
     except (UpstreamFailed, OSError) as exc:  # OSError: ConnectionError, TimeoutError
         why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__

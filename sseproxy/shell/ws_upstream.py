@@ -30,13 +30,33 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 from yarl import URL
 
+from .budget import HeldBytes
 from .upstream import UpstreamPool
 from .upstream.parser import ResponseParser
+from .ws_frames import FrameCursor
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
-# assembled whole, within the per-message limit.
+# assembled whole, within the per-message limit. Each queued item counts its payload plus
+# ITEM_OVERHEAD (its objects), so a flood of tiny messages or pings is bounded too.
 MAX_QUEUED_BYTES = 1024 * 1024
+ITEM_OVERHEAD = 128
+# The work done in one loop callback for the upstream (fairness: one peer never holds the
+# loop): websockets' parser is handed one frame at a time (`FrameCursor`), and a callback
+# stops after MAX_EVENTS_PER_TURN frames or once TURN_INFLATED_BYTES of message data came out
+# (one inflated message may be larger, within max_ws_message_bytes). The rest of the read
+# waits, the socket paused, for a later loop iteration. The answer to the upgrade (and a
+# refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end.
+MAX_EVENTS_PER_TURN = 256
+TURN_INFLATED_BYTES = 1024 * 1024
+SLICE_BYTES = 4096
+# A turn that inflated a large message (one may take a good part of a second at 128 MiB) lets
+# one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
+# check or another session needs a few iterations, and gets them between two such messages.
+MAX_ITERATIONS_OWED = 256
+# Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
+# that is never empty would otherwise never suspend the pump.
+ITEMS_PER_YIELD = 64
 # The first byte of a pong frame (FIN, opcode 0xA): how websockets' own pong is told apart.
 _PONG = 0x8A
 # Bytes of the answer to the upgrade kept while it is read: a refusal whose body websockets
@@ -81,23 +101,44 @@ Item = Message | Control | None  # None: the connection ended without a close fr
 
 
 class UpstreamSocket(asyncio.Protocol):
-    """One upstream WebSocket connection, fed by the transport's callbacks."""
+    """One upstream WebSocket connection, fed by the transport's callbacks.
 
-    def __init__(self, ws: ClientProtocol) -> None:
+    What it holds is bounded: the queue for the relay (MAX_QUEUED_BYTES, and counted in
+    `budget`, the proxy's total for sessions) and the unparsed rest of one socket read;
+    reading pauses while either waits. Parsing is done in bounded turns (MAX_EVENTS_PER_TURN).
+    """
+
+    def __init__(self, ws: ClientProtocol, budget: HeldBytes | None = None) -> None:
         self.ws = ws
+        self.budget = budget
         self.transport: asyncio.Transport | None = None
-        self.handshake: asyncio.Future[Handshake] = asyncio.get_running_loop().create_future()
+        self._loop = loop = asyncio.get_running_loop()
+        self.handshake: asyncio.Future[Handshake] = loop.create_future()
         self.items: deque[Item] = deque()
-        self.queued = 0
+        self.queued = 0  # bytes the queue holds, items' overhead included
+        self.in_flight = 0  # the item the relay took last, counted until it takes the next
         self.ready = asyncio.Event()
         self.can_write = asyncio.Event()
         self.can_write.set()
-        self.paused = False
+        self.paused = False  # the queue is over its mark: the upstream waits for the relay
         self.ended = False
         self.too_big = False
+        self.turns = 0  # callbacks that fed the parser (tests read these two)
+        self.most_events = 0  # the most events one callback handled
         self._text = False  # the kind of the message whose frames are arriving
         self._parts: list[bytes] = []
         self._head = bytearray()  # the answer's first bytes, until the handshake is done
+        self._unfed = bytearray()  # read from the socket, not yet given to the parser
+        self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
+        self._tail = b""  # the last bytes of the answer's head handed over (its end spans reads)
+        self._turn_handle: asyncio.Handle | None = None  # the next turn, when scheduled
+        self._owed = 0  # loop iterations the next turn waits: the last one inflated this much
+        self._reading = True  # the transport's reading, as this protocol last set it
+        self._eof = False  # the upstream's end of stream, parsed after what came before it
+        self._lost_with: list[Exception | None] = []  # connection_lost, after the unparsed
+        self._released = False  # the session ended: the queue no longer counts in `budget`
+        self._taken = 0  # items taken / sent since the relay's task last let others run
+        self._sent = 0
 
     # -- transport callbacks ----------------------------------------------------------------
 
@@ -106,20 +147,26 @@ class UpstreamSocket(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if not self.handshake.done() and len(self._head) < MAX_HEAD_KEPT:
-            self._head += data[: MAX_HEAD_KEPT - len(self._head)]
-        self.ws.receive_data(data)
-        self._received()
-        if self.queued > MAX_QUEUED_BYTES and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
+        if self.ended:
+            return
+        self._unfed += data
+        if self._turn_handle is None and not self.paused and not self._owed:
+            self._turn()
+        else:
+            self._schedule()  # (when not already scheduled, nor waiting for the relay)
+            self._flow()
 
     def eof_received(self) -> bool | None:
-        self.ws.receive_eof()  # a refusal's body may end with the connection
-        self._received()
+        self._eof = True  # a refusal's body may end with the connection
+        if not self._unfed:
+            self._input_ended()
         return None  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._unfed and not self.ended:
+            self._lost_with.append(exc)  # the bytes already read come first
+            self._schedule()
+            return
         self._lost(exc)
 
     def pause_writing(self) -> None:
@@ -128,14 +175,114 @@ class UpstreamSocket(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
+    # -- bounded parsing --------------------------------------------------------------------
+
+    def _turn(self) -> None:
+        """Give the parser one bounded batch of what was read; the rest waits for a later
+        loop iteration (scheduled here), or for the relay when the queue is over its mark."""
+        self._turn_handle = None
+        self.turns += 1
+        events = inflated = 0
+        unfed = self._unfed
+        while unfed and not self.paused and not self.ended:
+            if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
+                self._schedule()
+                break
+            n = self._span()
+            if n == len(unfed):
+                chunk = bytes(unfed)
+                unfed.clear()
+            else:
+                with memoryview(unfed) as view:
+                    chunk = bytes(view[:n])
+                del unfed[:n]
+            if not self.handshake.done() and len(self._head) < MAX_HEAD_KEPT:
+                self._head += chunk[: MAX_HEAD_KEPT - len(self._head)]
+            self.ws.receive_data(chunk)
+            handled, size = self._received()
+            events += handled
+            inflated += size
+            if self._over():
+                self.paused = True
+        self.most_events = max(self.most_events, events)
+        self._owed = min(inflated // TURN_INFLATED_BYTES, MAX_ITERATIONS_OWED)
+        if self.ended:
+            unfed.clear()
+        if not unfed:
+            self._input_ended()
+        self._flow()
+
+    def _span(self) -> int:
+        """How many unparsed bytes to hand websockets next: up to the end of one frame once
+        the upgrade holds; before, up to the end of the answer's head (frames follow it)."""
+        unfed = self._unfed
+        if self._cursor is not None:
+            return self._cursor.span(unfed)
+        if self.handshake.done():  # a refusal's body: no frames follow
+            return min(SLICE_BYTES, len(unfed))
+        window = self._tail + bytes(unfed[:SLICE_BYTES])
+        end = window.find(b"\r\n\r\n")
+        n = end + 4 - len(self._tail) if end >= 0 else min(SLICE_BYTES, len(unfed))
+        self._tail = window[: len(self._tail) + n][-3:]
+        return n
+
+    def _schedule(self) -> None:
+        if self._turn_handle is None and not self.paused:
+            self._turn_handle = self._loop.call_soon(self._after, self._owed)
+
+    def _after(self, iterations: int) -> None:
+        """The next turn, once `iterations` more loop iterations have run other callbacks."""
+        if iterations > 0:
+            self._turn_handle = self._loop.call_soon(self._after, iterations - 1)
+        else:
+            self._turn()
+
+    def _input_ended(self) -> None:
+        """Everything read was parsed: now the end of stream and the lost connection."""
+        if self._eof and not self.ended:
+            self._eof = False
+            self.ws.receive_eof()
+            self._received()
+        while self._lost_with:
+            self._lost(self._lost_with.pop())
+
+    def _flow(self) -> None:
+        """The socket is read only while nothing waits to be parsed and the queue has room."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        reading = not self.paused and not self._unfed
+        if reading != self._reading:
+            self._reading = reading
+            if reading:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    def _over(self) -> bool:
+        """The queue is over its mark, or holds anything while all sessions together hold
+        more than their cap (the sessions whose clients read on are not stopped)."""
+        queued, budget = self.queued, self.budget
+        return queued > MAX_QUEUED_BYTES or (queued > 0 and budget is not None and budget.over())
+
+    def _has_room(self) -> bool:
+        queued, budget = self.queued, self.budget
+        if budget is not None and budget.over():
+            return queued == 0
+        return queued <= MAX_QUEUED_BYTES // 2
+
     # -- events -----------------------------------------------------------------------------
 
-    def _received(self) -> None:
+    def _received(self) -> tuple[int, int]:
+        """Handle what websockets parsed: (events, bytes of frame data)."""
         ws = self.ws
+        events = size = 0
         for event in ws.events_received():
+            events += 1
             if isinstance(event, Response):
                 self._answered(event)
             elif isinstance(event, Frame):
+                size += len(event.data)
                 self._frame(event.opcode, bytes(event.data), event.fin)
         # What websockets wrote in answer: the echo of a close, the close of a failure; never
         # its own pong (the client's travels instead).
@@ -149,6 +296,7 @@ class UpstreamSocket(asyncio.Protocol):
             self._lost(ws.parser_exc)
             if self.transport is not None:
                 self.transport.close()  # after the close frame is written
+        return events, size
 
     def _answered(self, response: Response) -> None:
         exc = self.ws.handshake_exc
@@ -159,6 +307,7 @@ class UpstreamSocket(asyncio.Protocol):
             for k, v in response.headers.raw_items()
         ]
         if exc is None:
+            self._cursor = FrameCursor()  # the head ended exactly here: frames from now on
             names = [str(e.name) for e in self.ws.extensions]
             self._answer(Handshake(101, headers, self.ws.subprotocol, names))
         else:
@@ -184,40 +333,46 @@ class UpstreamSocket(asyncio.Protocol):
         elif opcode is Opcode.CONT:
             self._parts.append(data)  # websockets bounds the whole message (`max_size`)
         elif opcode is Opcode.PING:
-            self._push(Control("ping", data), 0)
+            self._push(Control("ping", data))
             return
         elif opcode is Opcode.PONG:
-            self._push(Control("pong", data), 0)
+            self._push(Control("pong", data))
             return
         else:  # the close frame, parsed by websockets
             close = self.ws.close_rcvd
             code = None if close is None or close.code == 1005 else close.code
-            self._push(Control("close", b"", code, close.reason if close else ""), 0)
+            self._push(Control("close", b"", code, close.reason if close else ""))
             return
         if fin:
             message = b"".join(self._parts)
             self._parts = []
-            self._push(Message(self._text, message), len(message))
+            self._push(Message(self._text, message))
 
     def _answer(self, handshake: Handshake) -> None:
         self._head = bytearray()
         if not self.handshake.done():
             self.handshake.set_result(handshake)
 
-    def _push(self, item: Item, size: int) -> None:
+    def _push(self, item: Item) -> None:
         self.items.append(item)
-        self.queued += size
+        self._count(_size(item))
         self.ready.set()
+
+    def _count(self, delta: int) -> None:
+        self.queued += delta
+        if self.budget is not None and not self._released:
+            self.budget.change(delta)
 
     def _lost(self, exc: BaseException | None) -> None:
         if self.ended:
             return
         self.ended = True
+        self._unfed.clear()
         if not self.handshake.done():
             self.handshake.set_exception(
                 ConnectionError(f"upstream closed during the handshake: {exc!r}"[:300])
             )
-        self._push(None, 0)
+        self._push(None)
 
     def _write(self, writes: list[bytes]) -> None:
         transport = self.transport
@@ -230,17 +385,35 @@ class UpstreamSocket(asyncio.Protocol):
     # -- the relay's side -------------------------------------------------------------------
 
     async def next(self) -> Item:
-        """The next message or control, in order; None once the connection ended."""
+        """The next message or control, in order; None once the connection ended. The one
+        returned still counts in `budget` until the relay asks for the next (it is being
+        written to the client meanwhile). Lets other tasks run every ITEMS_PER_YIELD items
+        taken without waiting."""
+        self._take(0)  # the previous one was written
+        if self._taken >= ITEMS_PER_YIELD:
+            self._taken = 0
+            await asyncio.sleep(0)
         while not self.items:
+            self._taken = 0
             self.ready.clear()
             await self.ready.wait()
+        self._taken += 1
         item = self.items.popleft()
-        if isinstance(item, Message):
-            self.queued -= len(item.data)
-        if self.paused and self.queued <= MAX_QUEUED_BYTES // 2 and self.transport is not None:
+        size = _size(item)
+        self._count(-size)
+        self._take(size)
+        if self.paused and self._has_room():
             self.paused = False
-            self.transport.resume_reading()
+            if self._unfed:
+                self._schedule()  # the rest of the last read first, then the socket again
+            self._flow()
         return item
+
+    def _take(self, size: int) -> None:
+        """Count `size` bytes as the item the relay is writing (in `budget` only)."""
+        if self.budget is not None and not self._released:
+            self.budget.change(size - self.in_flight)
+        self.in_flight = size
 
     async def send(self, item: Message | Control) -> None:
         """Write `item`; waits while the upstream's socket buffer is full (back-pressure)."""
@@ -257,11 +430,36 @@ class UpstreamSocket(asyncio.Protocol):
         except (InvalidState, ProtocolError):
             return  # e.g. a message after the close: the session is ending anyway
         self._write(ws.data_to_send())
-        await self.can_write.wait()
+        self._sent += 1
+        if not self.can_write.is_set():
+            self._sent = 0
+            await self.can_write.wait()
+        elif self._sent >= ITEMS_PER_YIELD:
+            self._sent = 0
+            await asyncio.sleep(0)  # the client's messages were queued: let others run
 
     def abort(self) -> None:
+        """End the connection now (the session is over, or mirrors a client that left):
+        what was read and not parsed is dropped, and the queue no longer counts."""
+        self._unfed.clear()
+        self.release()
         if self.transport is not None:
             self.transport.abort()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            if self.budget is not None:
+                self.budget.change(-self.queued - self.in_flight)
+
+
+def _size(item: Item) -> int:
+    """What a queued item counts for: its payload and its objects."""
+    if isinstance(item, Message):
+        return len(item.data) + ITEM_OVERHEAD
+    if isinstance(item, Control):
+        return len(item.payload) + len(item.reason) + ITEM_OVERHEAD
+    return 0
 
 
 def upgrade(
@@ -291,12 +489,18 @@ def upgrade(
 
 
 async def connect(
-    pool: UpstreamPool, url: URL, ws: ClientProtocol, request: bytes, timeout: float
+    pool: UpstreamPool,
+    url: URL,
+    ws: ClientProtocol,
+    request: bytes,
+    timeout: float,
+    budget: HeldBytes | None = None,
 ) -> tuple[UpstreamSocket, Handshake]:
     """Connect (the pool's way: egress proxy, TLS, within its connect timeout), send the
     upgrade, and wait for the answer (101 or not) within `timeout`. Raises UpstreamFailed when
-    no connection opened, ConnectionError for an answer that is no upgrade nor a refusal."""
-    sock = await pool.open_socket(lambda: UpstreamSocket(ws), url)
+    no connection opened, ConnectionError for an answer that is no upgrade nor a refusal.
+    `budget`: the proxy's count of bytes held by sessions, this one's queue included."""
+    sock = await pool.open_socket(lambda: UpstreamSocket(ws, budget), url)
     try:
         async with asyncio.timeout(timeout):
             assert sock.transport is not None

@@ -305,7 +305,10 @@ def test_duplicate_route_names_are_errors(tmp_path: Path) -> None:
     assert "two routes are named 'r'" in problem
 
 
-@pytest.mark.parametrize("key", ["max_client_held_bytes", "max_held_bytes", "max_log_queue_bytes"])
+@pytest.mark.parametrize(
+    "key",
+    ["max_client_held_bytes", "max_held_bytes", "max_log_queue_bytes", "max_ws_held_bytes"],
+)
 def test_the_held_bytes_bounds_must_be_positive(key: str) -> None:
     assert getattr(load(None, {}, {key: 1}), key) == 1
     with pytest.raises(ConfigError, match=key):

@@ -1,0 +1,576 @@
+"""Bounds on a WebSocket session's upstream leg: the messages queued for a client that does
+not read (per session, and across sessions), what inflating may hold, and the work done in
+one loop callback (a read of 100,000 tiny frames or pings, or a stream of deflate bombs, is
+parsed in bounded turns with the socket paused, other tasks running between them).
+
+The leg's protocol is driven here through a fake transport (what a socket would call), so
+the tests see each callback's work and the transport's pauses; the proxy-level tests at the
+end check the same bounds through real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import socket
+import struct
+import zlib
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType
+from yarl import URL
+
+from sseproxy.config import load
+from sseproxy.shell import ws_upstream
+from sseproxy.shell.app import STATE, create_app
+from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.state import ProxyState
+from sseproxy.shell.ws_upstream import (
+    ITEM_OVERHEAD,
+    ITEMS_PER_YIELD,
+    MAX_EVENTS_PER_TURN,
+    MAX_QUEUED_BYTES,
+    TURN_INFLATED_BYTES,
+    Control,
+    Message,
+    UpstreamSocket,
+    upgrade,
+)
+from tests.integration.test_websocket_leg import FramingUpstream
+from tests.integration.ws_upstream import WsUpstream
+
+MIB = 1024 * 1024
+
+
+class FakeTransport:
+    """What UpstreamSocket's socket would be, noting reading and writes."""
+
+    def __init__(self, protocol: UpstreamSocket) -> None:
+        self.protocol = protocol
+        self.reading = True
+        self.pauses = 0
+        self.closing = False
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed twice"
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    abort = close
+
+
+def frame(opcode: int, payload: bytes, fin: bool = True, rsv1: bool = False) -> bytes:
+    """One unmasked frame, as a server sends it."""
+    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        return bytes((first, n)) + payload
+    if n < 1 << 16:
+        return bytes((first, 126)) + struct.pack("!H", n) + payload
+    return bytes((first, 127)) + struct.pack("!Q", n) + payload
+
+
+async def opened(
+    deflate: bool = False, budget: HeldBytes | None = None, limit: int = 128 * MIB
+) -> tuple[UpstreamSocket, FakeTransport]:
+    """An upstream leg whose upgrade was accepted, as `connect` leaves it."""
+    ws, request = upgrade(URL("http://upstream.test/v1/realtime"), [], deflate, [], limit)
+    key = next(
+        line.split(b":", 1)[1].strip()
+        for line in request.split(b"\r\n")
+        if line.lower().startswith(b"sec-websocket-key:")
+    )
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    head += b"Sec-WebSocket-Accept: " + accept + b"\r\n"
+    if deflate:
+        head += b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+    sock = UpstreamSocket(ws, budget)
+    transport = FakeTransport(sock)
+    sock.connection_made(transport)  # type: ignore[arg-type]
+    sock.data_received(head + b"\r\n")
+    handshake = await asyncio.wait_for(sock.handshake, 5)
+    assert handshake.status == 101
+    return sock, transport
+
+
+async def settle(sock: UpstreamSocket) -> None:
+    """Let every scheduled parsing turn run (the relay takes nothing meanwhile)."""
+    for _ in range(100_000):
+        turns = sock.turns
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        if sock.turns == turns:
+            return
+    raise AssertionError("the parser never stopped")
+
+
+class Ticker:
+    """Another task on the loop: notes which parsing turn it ran after."""
+
+    def __init__(self, sock: UpstreamSocket) -> None:
+        self.sock = sock
+        self.seen: list[int] = []
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            self.seen.append(self.sock.turns)
+            await asyncio.sleep(0)
+
+    def stop(self) -> set[int]:
+        self.task.cancel()
+        return set(self.seen)
+
+
+# -- the work per callback -------------------------------------------------------------------
+
+
+async def test_100000_tiny_fragments_in_one_read_are_parsed_in_bounded_turns() -> None:
+    sock, transport = await opened()
+    n = 100_000
+    wire = frame(0x1, b"a", fin=False) + frame(0x0, b"", fin=False) * (n - 2) + frame(0x0, b"z")
+    sock.data_received(wire)
+    # the callback stopped early: the message is not whole yet, and the socket waits
+    assert not sock.items
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert not transport.reading
+    ticker = Ticker(sock)
+    message = await asyncio.wait_for(sock.next(), 30)
+    turns = ticker.stop()
+    assert message == Message(True, b"az")
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert sock.turns >= n // MAX_EVENTS_PER_TURN
+    # the other task ran between the turns, not once before and once after them all
+    assert len(turns) >= n // MAX_EVENTS_PER_TURN
+    assert transport.reading  # everything read was parsed: the socket is read again
+
+
+async def test_100000_pings_in_one_read_are_queued_up_to_the_bound_then_the_socket_waits() -> None:
+    sock, transport = await opened()
+    n = 100_000
+    sock.data_received(frame(0x9, b"") * n)
+    assert len(sock.items) <= MAX_EVENTS_PER_TURN
+    await settle(sock)
+    # a ping counts its objects: the queue's bound holds for a flood of empty pings
+    assert sock.queued <= MAX_QUEUED_BYTES + ITEM_OVERHEAD
+    assert len(sock.items) == MAX_QUEUED_BYTES // ITEM_OVERHEAD + 1
+    assert not transport.reading and sock.paused
+    # every ping reaches the relay, in order, none dropped
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(n)]
+    assert got == [Control("ping", b"")] * n
+    assert sock.most_events <= MAX_EVENTS_PER_TURN
+    assert transport.reading and sock.queued == 0
+
+
+async def test_a_stream_of_deflate_bombs_inflates_one_turn_at_a_time_within_the_queue() -> None:
+    sock, transport = await opened(deflate=True)
+    size = TURN_INFLATED_BYTES  # each message: 1 MiB of one byte, about 1 KB on the wire
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for i in range(40):
+        body = deflater.compress(bytes((65 + i % 26,)) * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    assert len(wire) < 100_000
+    sock.data_received(wire)
+    assert len(sock.items) == 1  # one turn: TURN_INFLATED_BYTES inflated, then the loop
+    await settle(sock)
+    # the queue's bound, plus the one message that crossed it: never the 40 MiB inflated
+    assert sock.queued <= MAX_QUEUED_BYTES + size + ITEM_OVERHEAD
+    assert not transport.reading
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(40)]
+    assert [m.data == bytes((65 + i % 26,)) * size for i, m in enumerate(got)] == [True] * 40
+    assert sock.queued == 0 and transport.reading
+
+
+async def test_each_turn_hands_at_most_its_inflated_bytes_then_the_loop_runs() -> None:
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for _ in range(8):  # small messages: a turn ends at TURN_INFLATED_BYTES, not at one message
+        body = deflater.compress(b"x" * (64 * 1024)) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x1, body[:-4], rsv1=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ws_upstream, "TURN_INFLATED_BYTES", 3 * 64 * 1024)
+        sock.data_received(wire)
+        assert len(sock.items) == 3  # at the bound: the turn ends
+        ticker = Ticker(sock)
+        got = [await asyncio.wait_for(sock.next(), 10) for _ in range(8)]
+        turns = ticker.stop()
+    assert got == [Message(True, b"x" * (64 * 1024))] * 8
+    assert sock.turns == 1 + 3  # the answer's, then 3 + 3 + 2 messages
+    assert len(turns) >= 2  # the other task ran between the later turns
+
+
+async def test_the_relay_lets_other_tasks_run_while_the_queue_is_never_empty() -> None:
+    sock, _ = await opened()
+    sock.data_received(frame(0x2, b"m") * 500)
+    ran = 0
+
+    async def other() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    before = ran
+    for _ in range(500):
+        await sock.next()
+    task.cancel()
+    # the 500 items were all queued: the relay waited on nothing, yet others ran between
+    assert ran - before >= 500 // ITEMS_PER_YIELD - 1
+
+
+# -- the queue of one session ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_the_socket_is_paused_only_past_the_queue_bound(extra: int) -> None:
+    sock, transport = await opened()
+    payload = b"q" * (MAX_QUEUED_BYTES - ITEM_OVERHEAD + extra)
+    sock.data_received(frame(0x2, payload))
+    await settle(sock)
+    assert sock.queued == MAX_QUEUED_BYTES + extra
+    assert transport.reading is (extra == 0)
+    assert sock.paused is (extra == 1)
+    assert await sock.next() == Message(False, payload)
+    assert transport.reading and not sock.paused
+
+
+async def test_a_paused_socket_keeps_the_rest_of_its_read_and_its_end_for_later() -> None:
+    sock, transport = await opened()
+    big = b"b" * MAX_QUEUED_BYTES
+    # one read: a message over the bound, then more messages and the close, then the end
+    sock.data_received(frame(0x2, big) + frame(0x1, b"after") + frame(0x8, b"\x03\xe8bye"))
+    sock.eof_received()
+    sock.connection_lost(None)
+    await settle(sock)
+    assert not transport.reading and len(sock.items) == 1  # the rest waits, unparsed
+    assert await sock.next() == Message(False, big)
+    assert await sock.next() == Message(True, b"after")
+    assert await sock.next() == Control("close", b"", 1000, "bye")
+    assert await asyncio.wait_for(sock.next(), 5) is None
+
+
+# -- all sessions together -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_sessions_stop_reading_when_their_total_passes_the_cap(extra: int) -> None:
+    budget = HeldBytes(cap=2 * (1000 + ITEM_OVERHEAD) - extra)
+    (a, ta), (b, tb) = await opened(budget=budget), await opened(budget=budget)
+    a.data_received(frame(0x2, b"a" * 1000))
+    b.data_received(frame(0x2, b"b" * 1000))
+    assert budget.total == 2 * (1000 + ITEM_OVERHEAD)
+    # at the cap both read on; one byte past it, the session that crossed it waits
+    assert (ta.reading, tb.reading) == (True, extra == 0)
+    c, tc = await opened(budget=budget)
+    c.data_received(frame(0x2, b"c"))
+    assert not tc.reading  # past the cap either way: holding anything, it waits
+    # a session holding nothing is not stopped by the others
+    d, td = await opened(budget=budget)
+    assert td.reading
+    assert await b.next() == Message(False, b"b" * 1000)
+    assert tb.reading  # its queue is empty: reading again
+    for sock in (a, b, c, d):
+        sock.abort()
+    assert budget.total == 0
+
+
+async def test_the_queue_stops_counting_when_the_session_ends() -> None:
+    budget = HeldBytes(cap=10 * MIB)
+    sock, _ = await opened(budget=budget)
+    sock.data_received(frame(0x2, b"x" * 5000) * 3)  # the relay takes none yet
+    assert budget.total == 3 * (5000 + ITEM_OVERHEAD)
+    assert await sock.next() == Message(False, b"x" * 5000)
+    # still counted while the relay writes it to the client, until it asks for the next
+    assert budget.total == 3 * (5000 + ITEM_OVERHEAD)
+    assert await sock.next() == Message(False, b"x" * 5000)
+    assert budget.total == 2 * (5000 + ITEM_OVERHEAD)
+    sock.abort()
+    assert budget.total == 0
+    await sock.next()  # taking what is left after the end no longer counts
+    assert budget.total == 0
+
+
+# -- through the proxy -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def wsup(aiohttp_server: Any) -> tuple[WsUpstream, str]:
+    up = WsUpstream()
+    server = await aiohttp_server(up.app())
+    return up, str(server.make_url("")).rstrip("/")
+
+
+@pytest.fixture
+def proxied(aiohttp_server: Any, logs: Any, wsup: tuple[WsUpstream, str]) -> Any:
+    async def make(**overrides: Any) -> tuple[str, ProxyState]:
+        app = create_app(load(None, {}, {"upstream": wsup[1], **overrides}))
+        server = await aiohttp_server(app)
+        return str(server.make_url("")).rstrip("/"), app[STATE]
+
+    return make
+
+
+def small_window(addr_info: Any) -> socket.socket:
+    """A client socket with a small receive buffer: a client that stops reading pushes back
+    after a few KiB, not the megabytes loopback's autotuning would take."""
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return sock
+
+
+async def session(base: str) -> Any:
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(socket_factory=small_window))
+    try:
+        ws = await http.ws_connect(
+            base + "/v1/realtime", autoping=False, autoclose=False, max_msg_size=0
+        )
+    except BaseException:
+        await http.close()
+        raise
+    ws.http = http
+    return ws
+
+
+def numbered(i: int, size: int) -> bytes:
+    return i.to_bytes(4, "big") * (size // 4)
+
+
+def sender(count: int, size: int, sent: list[int]) -> Any:
+    async def script(ws: Any, request: Any) -> None:
+        for i in range(count):
+            await ws.send_bytes(numbered(i, size))
+            sent.append(i)
+        async for _msg in ws:
+            pass
+
+    return script
+
+
+async def until(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_client_that_stops_reading_holds_its_queue_then_gets_every_message_in_order(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    count, size = 64, 256 * 1024
+    sent: list[int] = []
+    up.script = sender(count, size, sent)
+    base, state = await proxied()
+    ws = await session(base)
+    try:
+        # the client reads nothing: the queue fills to its bound, then the upstream waits
+        await until(lambda: state.ws_held.total > MAX_QUEUED_BYTES, "the queue filled")
+        await asyncio.sleep(0.3)
+        assert len(sent) < count
+        # the queue's bound, the message that crossed it, the one being written to the client
+        assert state.ws_held.peak <= MAX_QUEUED_BYTES + 2 * (size + ITEM_OVERHEAD)
+        got = [await asyncio.wait_for(ws.receive(), 30) for _ in range(count)]
+    finally:
+        await ws.close()
+        await ws.http.close()
+    assert [m.data == numbered(i, size) for i, m in enumerate(got)] == [True] * count
+    await logs.wait_sessions()
+    assert state.ws_held.total == 0  # given back when the session ended
+
+
+async def test_sessions_together_hold_at_most_the_cap_then_every_message_arrives(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    clients = 4
+    count, size, cap = 128, 64 * 1024, 512 * 1024
+    up.script = sender(count, size, [])
+    base, state = await proxied(max_ws_held_bytes=cap)
+    sockets = [await session(base) for _ in range(clients)]
+    try:
+        await until(lambda: state.ws_held.total > cap, "the cap was reached")
+        await asyncio.sleep(0.3)
+        # past the cap, each session holds at most the message being written to its client
+        # and one queued, never its own 1 MiB bound
+        assert state.ws_held.peak <= cap + clients * 2 * (size + ITEM_OVERHEAD)
+        got = [[await asyncio.wait_for(ws.receive(), 30) for _ in range(count)] for ws in sockets]
+    finally:
+        for ws in sockets:
+            await ws.close()
+            await ws.http.close()
+    for messages in got:
+        assert [m.data == numbered(i, size) for i, m in enumerate(messages)] == [True] * count
+    await logs.wait_sessions(clients)
+    assert state.ws_held.total == 0
+
+
+async def test_the_relay_lets_other_tasks_run_while_the_client_sends_without_pause() -> None:
+    sock, transport = await opened()
+    ran = 0
+
+    async def other() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    before = ran
+    for i in range(500):  # the upstream's socket never pushes back: send never has to wait
+        await sock.send(Message(False, i.to_bytes(2, "big")))
+    task.cancel()
+    assert ran - before >= 500 // ITEMS_PER_YIELD - 1
+    assert len(transport.written) == 500
+
+
+async def test_a_flood_of_upstream_pings_reaches_the_client_whole_and_in_order(
+    proxied: Any, logs: Any
+) -> None:
+    # 20,000 pings in one write: 2.6 MB queued as counted, so the queue fills and drains
+    # many times over, the upstream paused and resumed between; none is dropped
+    n = 20_000
+    upstream = FramingUpstream(b"".join(frame(0x9, i.to_bytes(4, "big")) for i in range(n)))
+    await upstream.start()
+    try:
+        base, state = await proxied(upstream=upstream.url)
+        ws = await session(base)
+        try:
+            got = [await asyncio.wait_for(ws.receive(), 30) for _ in range(n)]
+        finally:
+            await ws.close()
+            await ws.http.close()
+    finally:
+        await upstream.stop()
+    assert [(m.type, m.data) for m in got] == [
+        (WSMsgType.PING, i.to_bytes(4, "big")) for i in range(n)
+    ]
+    [record] = await logs.wait_sessions()
+    assert record["closed_by"] == "client"
+    assert state.ws_held.total == 0
+
+
+async def test_after_a_turn_that_inflated_a_large_message_other_callbacks_get_iterations() -> None:
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    size = 8 * TURN_INFLATED_BYTES
+    wire = b""
+    for _ in range(3):
+        body = deflater.compress(b"\0" * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    sock.data_received(wire)
+    assert len(sock.items) == 1
+    ticker = Ticker(sock)
+    got = [await asyncio.wait_for(sock.next(), 30) for _ in range(3)]
+    ticker.stop()
+    assert got == [Message(False, b"\0" * size)] * 3
+    # the other task ran at least 8 times (one per MiB inflated) between two such turns
+    steps = [ticker.seen.count(turn) for turn in sorted(set(ticker.seen))]
+    assert min(steps[:-1]) >= 8
+
+
+async def test_an_upstream_that_stops_reading_stops_the_proxy_reading_its_client(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    count, size = 64, 1024 * 1024
+    gate = asyncio.Event()
+    received: list[bytes] = []
+
+    async def script(ws: Any, request: Any) -> None:
+        await gate.wait()  # reads nothing until the test says so
+        async for msg in ws:
+            received.append(msg.data)
+            if len(received) == count:
+                break
+
+    up.script = script
+    base, _ = await proxied()
+    ws = await session(base)
+    sent = 0
+
+    async def send_all() -> None:
+        nonlocal sent
+        for i in range(count):
+            await ws.send_bytes(numbered(i, size))
+            sent += 1
+
+    sender_task = asyncio.ensure_future(send_all())
+    try:
+        last = -1
+        while sent != last:  # until the client's sends stop getting anywhere
+            last = sent
+            await asyncio.sleep(0.5)
+        # socket buffers and aiohttp's bounded reader hold some MiB, never the 64 sent
+        assert sent < count
+        gate.set()
+        await asyncio.wait_for(sender_task, 30)
+        await until(lambda: len(received) == count, "the upstream got every message")
+    finally:
+        sender_task.cancel()
+        await ws.close()
+        await ws.http.close()
+    assert [data == numbered(i, size) for i, data in enumerate(received)] == [True] * count
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_one_callback_handles_up_to_its_frame_bound_and_not_one_more(extra: int) -> None:
+    sock, transport = await opened()
+    turns = sock.turns
+    sock.data_received(frame(0x9, b"p") * (MAX_EVENTS_PER_TURN + extra))
+    assert len(sock.items) == MAX_EVENTS_PER_TURN
+    assert sock.turns == turns + 1
+    assert transport.reading is (extra == 0)  # one frame left: the socket waits for it
+    await settle(sock)
+    assert len(sock.items) == MAX_EVENTS_PER_TURN + extra
+    assert sock.turns == turns + 1 + extra and transport.reading
+
+
+@pytest.mark.parametrize("short", [1, 0])
+async def test_one_callback_inflates_up_to_its_byte_bound_then_stops(
+    short: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = 64 * 1024  # under the queue's bound, so that only the turn's bound stops it
+    monkeypatch.setattr(ws_upstream, "TURN_INFLATED_BYTES", bound)
+    sock, _ = await opened(deflate=True)
+    deflater = zlib.compressobj(wbits=-15)
+    wire = b""
+    for size in (bound - short, 1):
+        body = deflater.compress(b"i" * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
+        wire += frame(0x2, body[:-4], rsv1=True)
+    sock.data_received(wire)
+    # one byte short of the bound, the next message comes in the same callback; at it, later
+    assert len(sock.items) == (2 if short else 1)
+    await settle(sock)
+    assert [await sock.next(), await sock.next()] == [
+        Message(False, b"i" * (bound - short)),
+        Message(False, b"i"),
+    ]
