@@ -21,7 +21,8 @@ Scenarios (sizes as issue 28 measured them; `--quick` divides them for a smoke r
   ws-deflate-bomb    permessage-deflate: messages of 127, 127, then 129 MiB from ~130 KB each
                      (max_ws_message_bytes is 128 MiB)
   ws-deflate-memory  10 sessions each sent one 100 MiB message as ~100 KB of deflate, held open
-  ws-slow-clients    200 WebSocket clients stop reading while the upstream sends 16 MiB each
+  ws-slow-clients    200 WebSocket clients stop reading while the upstream sends each 16 MiB
+                     in messages of 1 MiB
   http-gzip-bomb     one SSE answer, `Content-Encoding: gzip`, 10 MB inflating to 10 GiB of blank
                      lines; the client reads it all
   http-slow-readers  300 clients read 64 KiB of a 10 MiB stream each, then stop reading
@@ -61,6 +62,7 @@ PROBE_TIMEOUT_S = 3.0  # a probe not answered by then counts as failed, at this 
 TARGET_RATIO = 5.0  # issue 28: healthz p99 within 5x its idle p99
 WS_PATH = "/v1/realtime"
 HTTP_PATH = "/v1/chat/completions"
+LEDGER_PATH = "/events"
 CHAT_BODY = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -73,6 +75,7 @@ class Sizes:
     memory_mib: int = 100
     ws_clients: int = 200
     ws_flood_mib: int = 16
+    ws_message_kib: int = 1024
     gzip_mib: int = 10 * 1024
     http_clients: int = 300
     stream_mib: int = 10
@@ -82,7 +85,7 @@ class Sizes:
     hold_s: float = 8.0  # how long stalled clients and open sessions are held
 
 
-QUICK = Sizes(10_000, 10_000, (8, 8), 2, 8, 20, 2, 64, 30, 2, 8, 32, 64, 2.0)
+QUICK = Sizes(10_000, 10_000, (8, 8), 2, 8, 20, 2, 256, 64, 30, 2, 8, 32, 64, 2.0)
 
 
 class ScenarioFailed(Exception):
@@ -244,7 +247,7 @@ async def hold_then_close(sockets: list[socket.socket], hold: float) -> None:
 
 async def ws_slow_clients(ctx: Ctx) -> str:
     s = ctx.sizes
-    target = f"{WS_PATH}?bench=ws-flood&mib={s.ws_flood_mib}"
+    target = f"{WS_PATH}?bench=ws-flood&mib={s.ws_flood_mib}&kib={s.ws_message_kib}"
     request = ws_upgrade(ctx.port, target)
     # Only the 101's head is read: "HTTP/1.1 101" is 12 bytes.
     results = await asyncio.gather(
@@ -298,8 +301,11 @@ async def ledger_ids(ctx: Ctx) -> str:
 
     async def one(session: aiohttp.ClientSession, stream: int) -> None:
         nonlocal total
-        url = ctx.http_url("ledger", s=stream, events=s.ledger_events, id_kib=s.ledger_id_kib)
-        async with gate, session.post(url, json=CHAT_BODY) as resp:
+        query = f"bench=ledger&s={stream}&events={s.ledger_events}&id_kib={s.ledger_id_kib}"
+        # A plain SSE stream (no LLM dialect): resumable with Last-Event-ID, so its ids are
+        # what the resume ledger records once it ends.
+        url = f"http://127.0.0.1:{ctx.port}{LEDGER_PATH}?{query}"
+        async with gate, session.get(url) as resp:
             if resp.status != 200:
                 raise ScenarioFailed(f"stream {stream}: status {resp.status}")
             async for chunk in resp.content.iter_any():

@@ -10,10 +10,10 @@ payloads crafted to inflate a thousandfold). The query's `bench=` names what to 
 - `ws-deflate-bomb`: needs permessage-deflate (a 1008 close when it was not offered): messages
   of `mib` MiB of spaces each (`sizes=127,127,129`), about 1 KB of deflate per MiB, then a close.
 - `ws-deflate-memory`: one such message of `mib` MiB, then the session stays open.
-- `ws-flood`: text messages of 64 KiB, up to `mib` MiB in all, as fast as the proxy reads.
+- `ws-flood`: text messages of `kib` KiB, up to `mib` MiB in all, as fast as the proxy reads.
 - `gzip-bomb` (HTTP): an SSE body of `mib` MiB of blank lines, `Content-Encoding: gzip`.
 - `stream` (HTTP): `mib` MiB of 64 KiB SSE events, as fast as the proxy reads.
-- `ledger` (HTTP): `events` chat chunks, each with an SSE `id` of `id_kib` KiB, then `[DONE]`.
+- `ledger` (HTTP): `events` plain SSE events, each with an `id` of `id_kib` KiB.
 
 Every session ends by itself: after its messages the upstream closes, or waits at most
 `LINGER_S` for the proxy to close first.
@@ -158,19 +158,11 @@ def sse_block(size: int) -> bytes:
 
 
 def ledger_event(stream: int, i: int, id_bytes: int) -> bytes:
+    """A plain SSE event (no LLM dialect: generic SSE streams are resumable with
+    Last-Event-ID, so the resume ledger records their ids) whose id is `id_bytes` long."""
     cursor = f"{stream}-{i}-".encode()
     cursor += b"i" * (id_bytes - len(cursor))
-    chunk = (
-        '{"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench",'
-        f'"choices":[{{"index":0,"delta":{{"content":"t{i}"}},"finish_reason":null}}]}}'
-    )
-    return b"id: " + cursor + b"\ndata: " + chunk.encode() + b"\n\n"
-
-
-LEDGER_END = (
-    b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench",'
-    b'"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-)
+    return b"id: " + cursor + b"\ndata: token " + str(i).encode() + b"\n\n"
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -253,9 +245,10 @@ async def ws_deflate_memory(
 
 
 async def ws_flood(r: Request, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-    pad = b"x" * (64 * 1024 - len(FRAGMENT_HEAD) - len(FRAGMENT_TAIL))
+    size = r.number("kib", 1024) * 1024
+    pad = b"x" * (size - len(FRAGMENT_HEAD) - len(FRAGMENT_TAIL))
     message = ws_frame(0x1, FRAGMENT_HEAD + pad + FRAGMENT_TAIL)
-    for _ in range(r.number("mib", 16) * 16):
+    for _ in range(r.number("mib", 16) * MIB // size):
         w.write(message)
         await w.drain()  # waits while the proxy does not read
 
@@ -304,12 +297,11 @@ async def http(r: Request, w: asyncio.StreamWriter) -> None:
     elif name == "ledger":
         stream, id_bytes = r.number("s", 0), r.number("id_kib", 64) * 1024
         events = [ledger_event(stream, i, id_bytes) for i in range(r.number("events", 256))]
-        size = sum(map(len, events)) + len(LEDGER_END)
+        size = sum(map(len, events))
         w.write(f"{head}Content-Length: {size}\r\n\r\n".encode())
         for event in events:
             w.write(event)
             await w.drain()
-        w.write(LEDGER_END)
     else:
         block = sse_block(64 * 1024)
         count = r.number("mib", 10) * 16
