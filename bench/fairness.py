@@ -457,8 +457,9 @@ async def run_one(name: str, args: argparse.Namespace, upstream: int, work: Path
             await asyncio.sleep(args.after)
         if proxy.poll() is None:
             figures.rss_after_mb = proc_status(proxy.pid)["VmRSS"]
-        elif figures.error is None:
-            figures.error = f"sseproxy exited with {proxy.returncode}"
+        else:
+            exited = f"sseproxy exited with {proxy.returncode}"
+            figures.error = f"{figures.error}; {exited}" if figures.error else exited
         # Probes sent by the window's end are answered, or fail, by then.
         await asyncio.sleep(max(0.0, end + PROBE_TIMEOUT_S + 0.3 - time.monotonic()))
         prober.terminate()
@@ -476,7 +477,7 @@ async def run_one(name: str, args: argparse.Namespace, upstream: int, work: Path
     if figures.error:
         tail = (work / f"{tag}.stderr").read_text(errors="replace").strip().splitlines()[-5:]
         if tail:
-            figures.error += " | sseproxy stderr: " + " / ".join(tail)
+            figures.error += "; sseproxy stderr: " + " / ".join(tail)
     return figures
 
 
@@ -509,6 +510,7 @@ def table(results: dict[str, list[Figures]], idle: Latency) -> list[str]:
         p99 = median([x.p99 for x in lat])
         failed = sorted({f.error for f in rounds if f.error})
         what = "FAILED: " + "; ".join(failed) if failed else rounds[-1].outcome
+        what = what.replace("|", "/")  # a table cell
         lines.append(
             f"| {name} | {fmt(median([x.p50 for x in lat]), '.2f')} | {fmt(p99, '.2f')} | "
             f"{fmt(median([x.max for x in lat]), '.0f')} | {fmt(p99 / idle.p99, '.1f')} | "
@@ -516,7 +518,7 @@ def table(results: dict[str, list[Figures]], idle: Latency) -> list[str]:
             f"{fmt(median([f.rss_peak_mb / f.rss_idle_mb for f in rounds]), '.2f')} | "
             f"{fmt(median([f.rss_after_mb / f.rss_idle_mb for f in rounds]), '.2f')} | "
             f"{sum(x.failed for x in lat)}/{sum(x.probes for x in lat)} | "
-            f"{what} ({median([f.seconds for f in rounds]):.1f} s) |"
+            f"{what} ({fmt(median([f.seconds for f in rounds]), '.1f')} s) |"
         )
     return lines
 
