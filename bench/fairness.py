@@ -581,8 +581,11 @@ async def main(args: argparse.Namespace) -> int:
     if args.json:
         dump = {n: [asdict(replace(f, idle=[])) for f in rounds] for n, rounds in results.items()}
         Path(args.json).write_text(json.dumps(dump, indent=1, default=str))
+    if any(f.error for rounds in results.values() for f in rounds):
+        print(f"FAILED scenarios: the proxies' records and stderr are kept in {work}")
+        return 1
     shutil.rmtree(work, ignore_errors=True)
-    return 1 if any(f.error for rounds in results.values() for f in rounds) else 0
+    return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
