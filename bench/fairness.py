@@ -146,20 +146,21 @@ async def ws_session(url: str, deflate: bool) -> Received:
 
 
 async def ws_fragments(ctx: Ctx) -> str:
+    # A session the proxy ends (a close code of its own) is an outcome, not a failure: the row
+    # says so. Only a refusal, a dead proxy or a timeout fails a scenario.
     n = ctx.sizes.fragments
     got = await ws_session(ctx.ws_url("ws-fragments", n=n), deflate=False)
     expected = len(FRAGMENT_HEAD) + len(FRAGMENT_TAIL) + n - 2
-    if got.messages != 1 or got.bytes != expected:
-        raise ScenarioFailed(f"got {got.messages} messages, {got.bytes} bytes (not 1, {expected})")
-    return f"1 message of {n:,} frames relayed, close {got.close_code}"
+    whole = got.messages == 1 and got.bytes == expected
+    relayed = "relayed whole" if whole else f"NOT relayed ({got.messages} messages, {got.bytes} B)"
+    return f"1 message of {n:,} frames {relayed}, close {got.close_code}"
 
 
 async def ws_pings(ctx: Ctx) -> str:
     n = ctx.sizes.pings
     got = await ws_session(ctx.ws_url("ws-pings", n=n), deflate=False)
-    if got.messages != 1:
-        raise ScenarioFailed(f"the session ended before its last message (close {got.close_code})")
-    return f"{got.pings:,} of {n:,} pings relayed (and answered), close {got.close_code}"
+    last = "" if got.messages == 1 else ", the message after them NOT relayed"
+    return f"{got.pings:,} of {n:,} pings relayed (and answered){last}, close {got.close_code}"
 
 
 async def ws_deflate_bomb(ctx: Ctx) -> str:
@@ -187,13 +188,15 @@ async def ws_deflate_memory(ctx: Ctx) -> str:
                 m.type == aiohttp.WSMsgType.TEXT and len(m.data) == s.memory_mib * MIB
                 for m in messages
             )
-            if whole != s.memory_sessions:
-                kinds = sorted({m.type.name for m in messages})
-                raise ScenarioFailed(f"{whole} of {s.memory_sessions} messages whole ({kinds})")
             await asyncio.sleep(s.hold_s)  # the sessions stay open: what does the proxy keep?
         finally:
             await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
-    return f"{s.memory_sessions} sessions, one {s.memory_mib} MiB message each, held {s.hold_s} s"
+    codes = sorted({str(ws.close_code) for ws in sockets if ws.close_code is not None})
+    ended = f", closes {'/'.join(codes)}" if codes else ""
+    return (
+        f"{s.memory_sessions} sessions held {s.hold_s} s, {whole} got their {s.memory_mib} MiB "
+        f"message whole{ended}"
+    )
 
 
 def ws_upgrade(port: int, target: str) -> bytes:
