@@ -582,7 +582,10 @@ async def main(args: argparse.Namespace) -> int:
     print(f"\ntarget healthz p99 <= {TARGET_RATIO:.0f}x idle p99: " + "; ".join(verdicts))
     print(f"total {time.monotonic() - began:.0f} s; load average at end {load_average()}")
     if args.json:
-        dump = {n: [asdict(replace(f, idle=[])) for f in rounds] for n, rounds in results.items()}
+        dump = {
+            n: [{**asdict(replace(f, idle=[])), "idle": asdict(summarize(f.idle))} for f in rounds]
+            for n, rounds in results.items()
+        }
         Path(args.json).write_text(json.dumps(dump, indent=1, default=str))
     if any(f.error for rounds in results.values() for f in rounds):
         print(f"FAILED scenarios: the proxies' records and stderr are kept in {work}")
