@@ -128,6 +128,25 @@ def test_every_variable_sseproxy_reads_is_known() -> None:
     ]
 
 
+@pytest.mark.parametrize("name", ["SSEPROXY_SRC", "SSEPROXY_HOME", "SSEPROXY_VERSION"])
+def test_a_users_own_variable_is_not_called_a_typo(name: str) -> None:
+    """Scripts keep their own SSEPROXY_* variables; only a name close to a setting warns."""
+    assert unknown_env({name: "x"}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("SSEPROXY_LISTNE", "SSEPROXY_LISTEN"),
+        ("SSEPROXY_IDLE_TIMEOUTS", "SSEPROXY_IDLE_TIMEOUT"),
+        ("SSEPROXY_LOGLEVEL", "SSEPROXY_LOG_LEVEL"),
+        ("SSEPROXY_PORT", "SSEPROXY_LISTEN"),  # Settings.port is read from listen
+    ],
+)
+def test_a_variable_close_to_a_setting_warns_naming_it(name: str, meant: str) -> None:
+    assert unknown_env({name: "x"}) == [f"{name} is not a setting (did you mean {meant}?): ignored"]
+
+
 @pytest.mark.parametrize(
     ("host", "inspector"),
     [
