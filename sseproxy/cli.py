@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 COMMANDS = ("serve", "replay", "mock", "demo", "report")
 VERSION_FLAGS = ("--version", "-V")
 VERSION = f"sseproxy {__version__}"
+VERSION_HELP = "print the version and exit (default: off)"
 # How close (difflib's ratio, leading dashes left out) a mistyped flag must be to one the
 # command has to be suggested: --listne (0.83) is, --foo is not near --log-format.
 FLAG_CUTOFF = 0.7
@@ -283,9 +284,6 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
-VERSION_HELP = "print the version and exit (default: off)"
-
-
 class Parser(argparse.ArgumentParser):
     """argparse's parser, but `--help` lets a broken pipe through to `main` (argparse's own
     printing swallows it once the text outgrows stdout's buffer, and exits 0); and it keeps
@@ -391,8 +389,8 @@ def quiet_stdout() -> None:
 def _command(argv: Sequence[str] | None, color: bool) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    first = args_list[0] if args_list else "-"
-    if not first.startswith("-") and first not in COMMANDS:
+    first = args_list[0] if args_list else None
+    if first is not None and not first.startswith("-") and first not in COMMANDS:
         # serve takes no positional argument: a first word is a command, or a mistyped one.
         parser.error(f"unknown command {first!r}{command_hint(first)}")
     if first not in (*COMMANDS, *VERSION_FLAGS):
