@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -13,13 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ENV_PREFIX, ConfigError, Settings, flag_name, load, unknown_env
+from .config import ENV_PREFIX, MEANT, ConfigError, Settings, flag_name, load, unknown_env
 from .core import Dialect
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
 COMMANDS = ("serve", "replay", "mock", "demo", "report")
+VERSION_FLAGS = ("--version", "-V")
+VERSION = f"sseproxy {__version__}"
+VERSION_HELP = "print the version and exit (default: off)"
+# How close (difflib's ratio, leading dashes left out) a mistyped flag must be to one the
+# command has to be suggested: --listne (0.83) is, --foo is not near --log-format.
+FLAG_CUTOFF = 0.7
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
 OTHER_COMMANDS = (
     ("replay", "feed a saved response body through the core"),
@@ -154,7 +161,7 @@ def shown(value: Any) -> str:
 
 
 def _serve_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p: Parser = sub.add_parser(
         "serve",
         prog="sseproxy [serve]",
         help="run the proxy (the default command)",
@@ -171,6 +178,7 @@ def _serve_parser(sub: Any) -> None:
         help="TOML file overriding the bundled defaults key by key; its [[routes]], if any, "
         f"replace the default routes (default: none; env {ENV_PREFIX}CONFIG)",
     )
+    p.add_argument(*VERSION_FLAGS, action="version", version=VERSION, help=VERSION_HELP)
     for flag in SERVE_FLAGS:
         default = getattr(DEFAULTS, flag.setting)
         option = flag_name(flag.setting)
@@ -189,7 +197,7 @@ def _serve_parser(sub: Any) -> None:
 
 
 def _replay_parser(sub: Any) -> None:
-    p = sub.add_parser("replay", help=dict(OTHER_COMMANDS)["replay"])
+    p: Parser = sub.add_parser("replay", help=dict(OTHER_COMMANDS)["replay"])
     p.add_argument("file", help="a response body, byte for byte, or a capture's .json sidecar")
     p.add_argument(
         "--dialect",
@@ -198,18 +206,20 @@ def _replay_parser(sub: Any) -> None:
         help="the body's API dialect (default: auto, detected; a sidecar's recorded one)",
     )
     chunking = p.add_mutually_exclusive_group()
-    chunking.add_argument(
+    size = chunking.add_argument(
         "--chunk-size",
         type=int,
         metavar="N",
         help="feed N bytes at a time (default: a sidecar's recorded chunking, else all at once)",
     )
-    chunking.add_argument(
+    seed = chunking.add_argument(
         "--random-chunks",
         type=int,
         metavar="SEED",
         help="feed random chunk sizes drawn with this seed (default: off)",
     )
+    p.known(size)
+    p.known(seed)
     p.add_argument(
         "--events", action="store_true", help="print each SSE event as a JSON line (default: off)"
     )
@@ -221,7 +231,7 @@ def _replay_parser(sub: Any) -> None:
 def _mock_parser(sub: Any) -> None:
     from .mock import DEFAULT_LISTEN, DEFAULT_SPEED, samples_dir
 
-    p = sub.add_parser("mock", help=dict(OTHER_COMMANDS)["mock"])
+    p: Parser = sub.add_parser("mock", help=dict(OTHER_COMMANDS)["mock"])
     p.add_argument(
         "paths",
         nargs="*",
@@ -235,15 +245,17 @@ def _mock_parser(sub: Any) -> None:
         help=f"address to listen on (default: {DEFAULT_LISTEN})",
     )
     timing = p.add_mutually_exclusive_group()
-    timing.add_argument(
+    speed = timing.add_argument(
         "--speed",
         type=float,
         default=DEFAULT_SPEED,
         help=f"replay the recorded timing X times faster (default: {DEFAULT_SPEED:g})",
     )
-    timing.add_argument(
+    no_delay = timing.add_argument(
         "--no-delay", action="store_true", help="send as fast as possible (default: off)"
     )
+    p.known(speed)
+    p.known(no_delay)
     p.add_argument(
         "--dialect",
         choices=DIALECTS,
@@ -274,19 +286,48 @@ def _demo_parser(sub: Any) -> None:
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser, but `--help` lets a broken pipe through to `main` (argparse's own
-    printing swallows it once the text outgrows stdout's buffer, and exits 0)."""
+    printing swallows it once the text outgrows stdout's buffer, and exits 0); and it keeps
+    the option strings it accepts (`options`) and its commands' parsers (`commands`), so
+    that a mistyped one can be answered with the closest."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.options: list[str] = []
+        self.commands: dict[str, Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        return self.known(super().add_argument(*args, **kwargs))
+
+    def known(self, action: argparse.Action) -> argparse.Action:
+        """Count an argument added to a group (a group's `add_argument` is not this one's)."""
+        self.options.extend(action.option_strings)
+        return action
 
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         (file or sys.stdout).write(self.format_help())
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Commands:
+    """The subparsers action as the `_*_parser` functions see it: each command's parser is
+    also kept in the top-level parser's `commands`."""
+
+    def __init__(self, parser: Parser) -> None:
+        self._sub = parser.add_subparsers(dest="command", parser_class=Parser)
+        self._parser = parser
+
+    def add_parser(self, name: str, **kwargs: Any) -> Parser:
+        command: Parser = self._sub.add_parser(name, **kwargs)
+        self._parser.commands[name] = command
+        return command
+
+
+def build_parser() -> Parser:
     parser = Parser(
         prog="sseproxy",
         description="A diagnostic reverse proxy for LLM streaming APIs.",
     )
-    parser.add_argument("--version", action="version", version=f"sseproxy {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    parser.add_argument(*VERSION_FLAGS, action="version", version=VERSION, help=VERSION_HELP)
+    sub = Commands(parser)
     _serve_parser(sub)
     _replay_parser(sub)
     _mock_parser(sub)
@@ -297,12 +338,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_hint(word: str) -> str:
+    """What an unknown command is answered with: the closest command, or the list."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (commands: {', '.join(COMMANDS)})"
+
+
+def flag_hint(extras: Sequence[str], options: Sequence[str]) -> str:
+    """Suggestions for the flags among arguments argparse did not recognise: the closest
+    long option of the command (`--port`/`--host`: `--listen`, which they are part of)."""
+    longs = {option.lstrip("-"): option for option in options if option.startswith("--")}
+    hints: list[tuple[str, str]] = []
+    for word in extras:
+        name = word.partition("=")[0].lstrip("-")
+        if not word.startswith("-") or not name:
+            continue
+        meant = flag_name(MEANT[name]) if name in MEANT else ""
+        if meant in options:
+            hints.append((word, meant))
+        elif close := difflib.get_close_matches(name, longs, n=1, cutoff=FLAG_CUTOFF):
+            hints.append((word, longs[close[0]]))
+    if len(hints) == 1:
+        return f" (did you mean {hints[0][1]}?)"
+    if hints:
+        return " (did you mean " + ", ".join(f"{m} for {w}" for w, m in hints) + "?)"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Whichever prints, a reader that goes away (`| head`) ends it quietly
-    with EXIT_BROKEN_PIPE, as SIGPIPE would end a C program: no traceback."""
+    with EXIT_BROKEN_PIPE, as SIGPIPE would end a C program: no traceback. The environment
+    is read here, once: NO_COLOR (any non-empty value, no-color.org) turns colours off."""
     try:
         try:
-            return _command(argv)
+            return _command(argv, color=not os.environ.get("NO_COLOR"))
         finally:  # also on SystemExit (--help): flushed here, not at exit, where it is loud
             sys.stdout.flush()
     except BrokenPipeError:
@@ -317,12 +386,19 @@ def quiet_stdout() -> None:
     os.close(devnull)
 
 
-def _command(argv: Sequence[str] | None) -> int:
+def _command(argv: Sequence[str] | None, color: bool) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or args_list[0] not in (*COMMANDS, "--version"):
-        args_list.insert(0, "serve")  # so `sseproxy --help` is serve's help, flags and all
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    first = args_list[0] if args_list else None
+    if first is not None and not first.startswith("-") and first not in COMMANDS:
+        # serve takes no positional argument: a first word is a command, or a mistyped one.
+        parser.error(f"unknown command {first!r}{command_hint(first)}")
+    if first not in (*COMMANDS, *VERSION_FLAGS):
+        args_list.insert(0, "serve")  # so `sseproxy --help` is serve's help, flags and all
+    args, extras = parser.parse_known_args(args_list)
+    if extras:  # argparse's own message, and the flag that was meant
+        hint = flag_hint(extras, parser.commands[args.command].options)
+        parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
     if args.command == "replay":
         return _replay(args, parser)
     if args.command == "mock":
@@ -334,8 +410,8 @@ def _command(argv: Sequence[str] | None) -> int:
     if args.command == "demo":
         from . import demo
 
-        return demo.main(args.log_format)
-    return _serve(args)
+        return demo.main(args.log_format, color=color)
+    return _serve(args, color)
 
 
 def _mock(args: argparse.Namespace) -> int:
@@ -439,7 +515,7 @@ def _replay_session(args: argparse.Namespace) -> int:
     return replay_session(file)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, color: bool) -> int:
     from .server import run
 
     overrides = {flag.setting: getattr(args, flag.setting) for flag in SERVE_FLAGS}
@@ -451,4 +527,4 @@ def _serve(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"sseproxy: config: {problem}", file=sys.stderr)
         return 2
-    return run(settings)
+    return run(settings, color=color)

@@ -44,6 +44,13 @@ INSPECTOR_BOUNDS = (
     "inspector_session_messages",
 )
 FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
+# Names people reach for that are not settings but part of one: `Settings.host` and `.port`
+# are read from `listen`, which is what a `port` key or SSEPROXY_PORT meant.
+MEANT = {"host": "listen", "port": "listen"}
+# How close (difflib's ratio, on the part after SSEPROXY_) an unknown variable must be to a
+# real one to be called a typo: SSEPROXY_LISTNE is (0.83), a user's own SSEPROXY_HOME or
+# SSEPROXY_SRC (0.38, 0.36) is not and stays silent.
+ENV_TYPO_CUTOFF = 0.8
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
@@ -289,7 +296,9 @@ def _layers(
         if env_value is not None:
             values[key], origins[key] = env_value, ENV_PREFIX + key.upper()
     for key, value in overrides.items():
-        if value is not None:
+        if key not in SCALAR_FIELDS:
+            problems.append(f"unknown setting {key!r} in the overrides{_hint(key, SCALAR_FIELDS)}")
+        elif value is not None:
             values[key], origins[key] = value, flag_name(key)
     return values, origins
 
@@ -299,16 +308,23 @@ OTHER_ENV_NAMES = ("CONFIG", "CORPUS", "FUZZ_SEED", "FUZZ_CASES")
 
 
 def unknown_env(environ: Mapping[str, str]) -> list[str]:
-    """One warning per SSEPROXY_* variable (in any case) that sseproxy does not read, naming
-    the closest it does. A warning, not an error as a config-file typo is: the environment
-    is shared with everything else the shell runs."""
-    known = [ENV_PREFIX + name.upper() for name in (*SCALAR_FIELDS, *OTHER_ENV_NAMES)]
+    """One warning per SSEPROXY_* variable (in any case) that sseproxy does not read and whose
+    name is close to one it does (ENV_TYPO_CUTOFF), naming that one. Others stay silent: the
+    environment is shared with everything else the shell runs, and a user's own
+    SSEPROXY_SRC is no typo. A warning, not an error as a config-file typo is."""
+    names = [name.upper() for name in (*SCALAR_FIELDS, *OTHER_ENV_NAMES)]
     warnings = []
     for name in sorted(environ):
-        if name.upper().startswith(ENV_PREFIX) and name not in known:
-            close = difflib.get_close_matches(name.upper(), known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            warnings.append(f"{name} is not a setting{hint}: ignored")
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or name in (ENV_PREFIX + n for n in names):
+            continue
+        rest = upper.removeprefix(ENV_PREFIX)
+        meant = MEANT.get(rest.lower())
+        close = [meant.upper()] if meant else []
+        close = close or difflib.get_close_matches(rest, names, n=1, cutoff=ENV_TYPO_CUTOFF)
+        if close:
+            hint = f"did you mean {ENV_PREFIX}{close[0]}?"
+            warnings.append(f"{name} is not a setting ({hint}): ignored")
     return warnings
 
 
@@ -325,7 +341,8 @@ def _parse(text: str, label: str) -> dict[str, Any]:
 
 
 def _hint(key: str, known: Any) -> str:
-    close = difflib.get_close_matches(key.replace("-", "_"), list(known), n=1)
+    meant = MEANT.get(key) if "listen" in known else None
+    close = [meant] if meant else difflib.get_close_matches(key.replace("-", "_"), list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

@@ -92,23 +92,25 @@ class Output:
         return self.out.isatty()
 
 
-def main(log_format: str) -> int:
+def main(log_format: str, color: bool = True) -> int:
     """The `sseproxy demo` command; when the reader went away, quietly EXIT_BROKEN_PIPE, as
-    every command that prints."""
+    every command that prints. `color=False`: NO_COLOR, read by the command line."""
     from .cli import EXIT_BROKEN_PIPE, quiet_stdout
 
     output = Output(sys.stdout)
-    code = asyncio.run(run(log_format, output))
+    code = asyncio.run(run(log_format, output, color=color))
     if output.closed:
         quiet_stdout()  # Python flushes stdout again at exit: that is quiet too
         return EXIT_BROKEN_PIPE
     return code
 
 
-async def run(log_format: str = "console", out: TextIO | Output | None = None) -> int:
+async def run(
+    log_format: str = "console", out: TextIO | Output | None = None, color: bool = True
+) -> int:
     output = out if isinstance(out, Output) else Output(out or sys.stdout)
     records: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    log.configure(log_format, "info", output, cache=False)  # type: ignore[arg-type]
+    log.configure(log_format, "info", output, cache=False, color=color)  # type: ignore[arg-type]
     _tee_records(records)
     recordings = sorted(load_recordings([samples_dir()]), key=_story_order)
     mock = MockServer(recordings, speed=4.0, say=lambda _: None)

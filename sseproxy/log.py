@@ -431,13 +431,13 @@ def gap_renderer(log_format: str, colors: bool) -> Callable[[Gap], str]:
 
 
 def _start_writer(
-    stream: TextIO, fd: int, log_format: str, once: _Once, max_queue_bytes: int
+    stream: TextIO, fd: int, log_format: str, once: _Once, max_queue_bytes: int, colors: bool
 ) -> LineWriter:
     with contextlib.suppress(Exception):  # what was printed before goes out first
         stream.flush()
     return LineWriter(
         io.FileIO(fd, "wb", closefd=False),
-        gap_renderer(log_format, stream.isatty()),
+        gap_renderer(log_format, colors),
         max_bytes=max_queue_bytes,
         encoding=getattr(stream, "encoding", None) or "utf-8",
         errors=getattr(stream, "errors", None) or "strict",
@@ -476,8 +476,12 @@ def configure(
     cache: bool = True,
     background: bool | None = None,
     max_queue_bytes: int = MAX_QUEUED_BYTES,
+    color: bool = True,
 ) -> None:
     """Configure structlog for the process. `auto`: JSON unless stdout is a terminal.
+
+    The console format colours its lines only on a terminal, and never with `color=False`
+    (the command line's NO_COLOR: this module does not read the environment).
 
     `background`: lines go through a bounded queue to a thread that owns the output, so that
     an output nobody reads never blocks the event loop (log_writer.py). None: when the stream
@@ -486,6 +490,7 @@ def configure(
     `cache=False` lets tests reconfigure between cases.
     """
     stream = stream or sys.stdout
+    colors = color and stream.isatty()
     if log_format == "auto":
         log_format = "console" if stream.isatty() else "json"
     global _direct
@@ -504,7 +509,7 @@ def configure(
             structlog.processors.JSONRenderer(serializer=dumps),
         ]
     else:
-        renderer = [ConsoleRenderer(colors=stream.isatty())]
+        renderer = [ConsoleRenderer(colors=colors)]
     processors = shared + renderer
     previous = _Output.writer
     if previous is not None:  # its lines first, and its thread ends (a bounded wait)
@@ -515,7 +520,7 @@ def configure(
         raise ValueError("a background writer needs a stream with a file descriptor")
     factory: SafePrintLoggerFactory | QueuedLoggerFactory
     if fd is not None:
-        writer = _start_writer(stream, fd, log_format, _Once(), max_queue_bytes)
+        writer = _start_writer(stream, fd, log_format, _Once(), max_queue_bytes, colors)
         factory, _Output.writer = QueuedLoggerFactory(writer), writer
     else:
         factory, _Output.writer = SafePrintLoggerFactory(stream), None

@@ -27,6 +27,7 @@ from .core.dialects.sessions import session_spec
 from .core.events import Framing
 from .core.inject import (
     Close,
+    InjectionDisabled,
     InjectionError,
     Injector,
     KeepAlive,
@@ -274,7 +275,7 @@ class MockServer:
             rules = self.inject + self._header_rules(request)
         except InjectionError as exc:
             return _json(
-                403 if "disabled" in str(exc) else 400,
+                403 if isinstance(exc, InjectionDisabled) else 400,
                 {"error": {"type": "sseproxy_injection", "message": str(exc)}},
             )
         response = web.StreamResponse(status=recording.status, headers=recording.headers)
@@ -319,7 +320,9 @@ class MockServer:
         if header is None:
             return ()
         if not self.allow_inject:
-            raise InjectionError(f"{INJECT_HEADER} is disabled: start the mock with --allow-inject")
+            raise InjectionDisabled(
+                f"{INJECT_HEADER} is disabled: start the mock with --allow-inject"
+            )
         return parse_rules(header)
 
     async def play(

@@ -172,9 +172,13 @@ def own_urls(host: str, port: int) -> dict[str, str]:
     return {"inspector": base, "metrics": base + "metrics", "healthz": base + "healthz"}
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, color: bool = True) -> int:
+    """`color=False`: no colours on a terminal either (NO_COLOR, read by the command line)."""
     log.configure(
-        settings.log_format, settings.log_level, max_queue_bytes=settings.max_log_queue_bytes
+        settings.log_format,
+        settings.log_level,
+        max_queue_bytes=settings.max_log_queue_bytes,
+        color=color,
     )
     loop_name, loop_factory = choose_loop(settings.event_loop)
     try:

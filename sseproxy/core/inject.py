@@ -66,7 +66,12 @@ KEEPALIVE_INTERVAL_MS = 1000
 
 
 class InjectionError(ValueError):
-    """A rule that does not exist or lacks its number."""
+    """A rule that does not exist or lacks its number: the request is wrong (400)."""
+
+
+class InjectionDisabled(InjectionError):
+    """A request asked for drills where they are not allowed: refused, not wrong (403). The
+    status follows this type, never the message's words."""
 
 
 @dataclass(frozen=True, slots=True)

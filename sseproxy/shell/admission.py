@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ..config import Route, Settings
 from ..core import EndReason
-from ..core.inject import InjectionError, Rule, parse_rules
+from ..core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
 from ..core.request import parse_body, request_facts
 from .state import Exchange, ProxyState, RequestFacts
 
@@ -73,7 +73,7 @@ async def admit(
     try:
         rules = injection_rules(request, route, settings)
     except InjectionError as exc:
-        status = 403 if "disabled" in str(exc) else 400
+        status = 403 if isinstance(exc, InjectionDisabled) else 400
         raise Refused(status, "injection", str(exc)) from exc
     parsed = parse_body(body)  # one parse for the core's facts and for the body's secrets
     asked = request_facts(request.path, request.query_string, body, parsed)
@@ -135,7 +135,7 @@ def injection_rules(request: web.Request, route: Route, settings: Settings) -> t
     header = request.headers.get(INJECT_HEADER)
     if header is not None:
         if not settings.allow_inject:
-            raise InjectionError(
+            raise InjectionDisabled(
                 f"{INJECT_HEADER} is disabled: start the proxy with --allow-inject"
             )
         rules += parse_rules(header)

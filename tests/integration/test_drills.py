@@ -8,7 +8,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from sseproxy.core.inject import InjectionDisabled
 from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings
+from sseproxy.shell import admission
 from tests.integration.conftest import captured as capture_of
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk as chat
@@ -81,6 +83,45 @@ async def test_injection_needs_the_config(upstream, make_proxy, logs) -> None:
     client = await make_proxy(allow_inject=True)
     resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "explode"})
     assert resp.status == 400
+
+
+async def test_the_status_follows_the_refusals_type_not_its_words(
+    upstream, make_proxy, logs, monkeypatch
+) -> None:
+    """A rule the request got wrong is 400 even when its text says "disabled"; a refusal is
+    403 whatever its text says."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(STREAM)]))
+    client = await make_proxy(allow_inject=True)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "disabled"})
+    assert resp.status == 400
+    assert "'disabled'" in (await resp.json())["error"]["message"]
+
+    def refuse(*_: object) -> tuple[()]:
+        raise InjectionDisabled("drills are off on this route")
+
+    monkeypatch.setattr(admission, "injection_rules", refuse)
+    resp = await client.post(PATH, json={}, headers={"x-sseproxy-inject": "cut-after=1"})
+    assert resp.status == 403
+    assert fake.seen == []
+
+
+async def test_the_mocks_status_follows_the_refusals_type_not_its_words(
+    tmp_path: Path, aiohttp_client, monkeypatch
+) -> None:
+    (tmp_path / "plain.sse").write_bytes(sse(chat("x"), chat(finish="stop"), "[DONE]"))
+    mock = MockServer(load_recordings([tmp_path]), speed=0, allow_inject=True)
+    client = await aiohttp_client(mock.app())
+    resp = await client.post(PATH, headers={"x-sseproxy-inject": "disabled"})
+    assert resp.status == 400
+
+    def refuse(*_: object) -> tuple[()]:
+        raise InjectionDisabled("drills are off")
+
+    monkeypatch.setattr(MockServer, "_header_rules", refuse)
+    resp = await client.post(PATH, headers={"x-sseproxy-inject": "cut-after=1"})
+    assert resp.status == 403
+    assert (await resp.json())["error"]["message"] == "drills are off"
 
 
 async def test_config_rules_apply_without_a_header(upstream, make_proxy, logs) -> None:

@@ -4,11 +4,14 @@ on stderr naming the key and quoting the value, exit 2."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+import sseproxy
 from sseproxy import cli
 from sseproxy.config import Settings, unknown_env
 from sseproxy.server import own_urls
@@ -128,6 +131,25 @@ def test_every_variable_sseproxy_reads_is_known() -> None:
     ]
 
 
+@pytest.mark.parametrize("name", ["SSEPROXY_SRC", "SSEPROXY_HOME", "SSEPROXY_VERSION"])
+def test_a_users_own_variable_is_not_called_a_typo(name: str) -> None:
+    """Scripts keep their own SSEPROXY_* variables; only a name close to a setting warns."""
+    assert unknown_env({name: "x"}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("SSEPROXY_LISTNE", "SSEPROXY_LISTEN"),
+        ("SSEPROXY_IDLE_TIMEOUTS", "SSEPROXY_IDLE_TIMEOUT"),
+        ("SSEPROXY_LOGLEVEL", "SSEPROXY_LOG_LEVEL"),
+        ("SSEPROXY_PORT", "SSEPROXY_LISTEN"),  # Settings.port is read from listen
+    ],
+)
+def test_a_variable_close_to_a_setting_warns_naming_it(name: str, meant: str) -> None:
+    assert unknown_env({name: "x"}) == [f"{name} is not a setting (did you mean {meant}?): ignored"]
+
+
 @pytest.mark.parametrize(
     ("host", "inspector"),
     [
@@ -144,3 +166,115 @@ def test_the_startup_urls_are_ones_a_browser_opens(host: str, inspector: str) ->
         "metrics": inspector + "metrics",
         "healthz": inspector + "healthz",
     }
+
+
+def exits(argv: list[str], capsys) -> tuple[int | str | None, str, list[str]]:
+    """Run a command line that ends in SystemExit: its code, stdout and stderr lines."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    out, err = capsys.readouterr()
+    return info.value.code, out, err.splitlines()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["-V"], ["serve", "--version"], ["serve", "-V"], ["--listen", "x:1", "-V"]],
+)
+def test_version_is_printed_at_the_top_level_and_after_serve(argv: list[str], capsys) -> None:
+    code, out, err = exits(argv, capsys)
+    assert (code, out, err) == (0, f"sseproxy {sseproxy.__version__}\n", [])
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["repaly", "x.json"], "unknown command 'repaly' (did you mean 'replay'?)"),
+        (["mok"], "unknown command 'mok' (did you mean 'mock'?)"),
+        (["x.json"], "unknown command 'x.json' (commands: serve, replay, mock, demo, report)"),
+    ],
+)
+def test_an_unknown_command_is_named_with_the_closest(argv: list[str], error: str, capsys) -> None:
+    """serve takes no positional argument: a first word is a command, or a mistyped one
+    (argparse alone said `unrecognized arguments: repaly x.json`)."""
+    code, _, err = exits(argv, capsys)
+    assert (code, err[-1]) == (2, f"sseproxy: error: {error}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--listne", "1"], "unrecognized arguments: --listne 1 (did you mean --listen?)"),
+        (["serve", "--port", "80"], "unrecognized arguments: --port 80 (did you mean --listen?)"),
+        (
+            ["--idle-timout=3"],
+            "unrecognized arguments: --idle-timout=3 (did you mean --idle-timeout?)",
+        ),
+        (
+            ["--listne", "1", "--no-allow-remotes"],
+            "unrecognized arguments: --listne 1 --no-allow-remotes "
+            "(did you mean --listen for --listne, --no-allow-remote for --no-allow-remotes?)",
+        ),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["report", "--jsn"], "unrecognized arguments: --jsn (did you mean --json?)"),
+        (["mock", "--no-dealy"], "unrecognized arguments: --no-dealy (did you mean --no-delay?)"),
+    ],
+)
+def test_a_mistyped_flag_is_argparses_error_and_the_closest_flag(
+    argv: list[str], error: str, capsys
+) -> None:
+    code, _, err = exits(argv, capsys)
+    assert (code, err[-1]) == (2, f"sseproxy: error: {error}")
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_flag_of_a_command_can_be_suggested(command: str) -> None:
+    """The options the parser keeps for suggestions are all of its options (a group's
+    arguments are added through the group, and must be counted by hand)."""
+    parser = cli.build_parser().commands[command]
+    options = {o for a in subparser(command)._actions for o in a.option_strings}
+    assert sorted(parser.options) == sorted(options)
+
+
+@pytest.mark.parametrize(("no_color", "color"), [(None, True), ("", True), ("1", False)])
+def test_no_color_reaches_the_log_configuration(
+    no_color: str | None, color: bool, capsys, monkeypatch
+) -> None:
+    """NO_COLOR (https://no-color.org: any non-empty value) is read by the command line and
+    handed to serve's and the demo's log configuration."""
+    from sseproxy import demo, server
+
+    seen: list[bool] = []
+
+    def fake_run(settings: Settings, color: bool = True) -> int:
+        seen.append(color)
+        return 0
+
+    def fake_demo(log_format: str, color: bool = True) -> int:
+        seen.append(color)
+        return 0
+
+    monkeypatch.setattr(server, "run", fake_run)
+    monkeypatch.setattr(demo, "main", fake_demo)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    env = {} if no_color is None else {"NO_COLOR": no_color}
+    assert run(["serve"], capsys, monkeypatch, env)[0] == 0
+    assert run(["demo"], capsys, monkeypatch, env)[0] == 0
+    assert seen == [color, color]
+
+
+INSTALLED = Path(sys.executable).with_name("sseproxy")
+
+
+@pytest.mark.skipif(not INSTALLED.exists(), reason="the sseproxy script is not installed")
+def test_the_installed_command_says_its_version_and_names_a_mistyped_command() -> None:
+    version = subprocess.run(
+        [INSTALLED, "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (version.returncode, version.stdout) == (0, f"sseproxy {sseproxy.__version__}\n")
+    typo = subprocess.run(
+        [INSTALLED, "repaly", "x.json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert typo.returncode == 2
+    assert typo.stderr.splitlines()[-1] == (
+        "sseproxy: error: unknown command 'repaly' (did you mean 'replay'?)"
+    )

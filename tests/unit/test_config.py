@@ -180,10 +180,31 @@ def test_an_empty_routes_list_in_a_file_means_no_routes(tmp_path: Path) -> None:
             'strip-prefix = "/x"\n',
             ["route 'x'", "'strip-prefix'", "did you mean 'strip_prefix'"],
         ),
+        ("[server]\nport = 8080\n", ["'port'", "did you mean 'listen'"]),
     ],
 )
 def test_unknown_keys_anywhere_are_errors(tmp_path: Path, text: str, fragments: list[str]) -> None:
     [problem] = problems(tmp_path, text)
+    for fragment in fragments:
+        assert fragment in problem
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        ({"port": 0}, ["'port'", "did you mean 'listen'"]),
+        ({"idle_timout": 5.0}, ["'idle_timout'", "did you mean 'idle_timeout'"]),
+        ({"nothing_like_it": None}, ["'nothing_like_it'"]),  # unset, but still no setting
+    ],
+)
+def test_an_unknown_override_is_a_config_error_naming_it(
+    overrides: dict[str, object], fragments: list[str]
+) -> None:
+    """A caller's typo (a flag table, the demo) is one ConfigError, as a file's is, not a
+    KeyError from deep inside the load."""
+    with pytest.raises(ConfigError) as info:
+        load(None, {}, {"upstream": "http://127.0.0.1:1", **overrides})
+    [problem] = info.value.problems
     for fragment in fragments:
         assert fragment in problem
 

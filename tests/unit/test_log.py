@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import structlog
 
 from sseproxy import log
@@ -51,6 +52,64 @@ def test_console_line_is_a_readable_summary() -> None:
     ):
         assert fragment in line
     assert "\x1b[" not in line  # no colours when the stream is not a terminal
+
+
+class Terminal(io.StringIO):
+    """An in-memory stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_colours_unless_they_are_turned_off() -> None:
+    """NO_COLOR reaches here as `color=False` (the command line reads the environment)."""
+    lines = {}
+    for color in (True, False):
+        stream = Terminal()
+        log.configure("auto", "debug", stream, cache=False, color=color)
+        structlog.get_logger("t").error("request.finished", **RECORD)
+        lines[color] = stream.getvalue()
+    assert "\x1b[" in lines[True]  # the premise: a terminal is coloured
+    assert "\x1b[" not in lines[False] and "interrupted" in lines[False]  # the console format
+
+
+def test_a_stream_that_is_no_terminal_never_gets_colours() -> None:
+    for fmt in ("auto", "console"):
+        stream = io.StringIO()
+        log.configure(fmt, "debug", stream, cache=False, color=True)
+        structlog.get_logger("t").error("request.finished", **RECORD)
+        assert "\x1b[" not in stream.getvalue() and "interrupted" in stream.getvalue()
+
+
+def printed(stdout: str, color: bool) -> str:
+    """What a process configured with `color` prints on a real terminal or pipe as stdout."""
+    program = (
+        "import structlog\n"
+        "from sseproxy import log\n"
+        f"log.configure('auto', 'info', color={color})\n"
+        "structlog.get_logger().error('proxy.started', port=1)\n"
+        "log.finish()\n"
+    )
+    if stdout == "pipe":
+        run = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
+        return run.stdout.decode()
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-c", program], stdout=follower, timeout=60, check=True)
+        return os.read(leader, 65536).decode()
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX")
+def test_a_real_terminal_is_coloured_and_a_pipe_or_color_false_is_not() -> None:
+    assert "\x1b[" in printed("terminal", True)  # the premise
+    for stdout, color in (("terminal", False), ("pipe", True)):
+        text = printed(stdout, color)
+        assert "proxy.started" in text and "\x1b[" not in text, stdout
 
 
 def test_control_characters_cannot_forge_records() -> None:
