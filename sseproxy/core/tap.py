@@ -24,7 +24,7 @@ from .dialects import (
     spec_for,
 )
 from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly
-from .encoding import BodyDecoder, ContentDecodingError
+from .encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError
 from .events import Comment, Frame, Framing, Line, SSEEvent
 from .eventstream import EventMessage
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
@@ -121,7 +121,7 @@ class StreamTap:
         """Account for one upstream chunk. Returns how many content deltas it completed."""
         self.bytes += len(chunk)
         direct = self._direct
-        if direct is not None:
+        if direct is not None and len(chunk) <= SLICE_BYTES:
             # The hot path: plain SSE of a known dialect. Same work as below, fewer calls.
             sse, assembler, take_block = direct
             before = assembler.content_deltas
@@ -161,7 +161,14 @@ class StreamTap:
                 self._go_blind("core_error")
                 return 0
             return assembler.content_deltas - before
+        self._direct = None  # a read beyond a slice: analysed a slice at a time, in order
         deltas = self._analyse_slice(chunk)
+        self._settle()
+        return deltas
+
+    def _settle(self) -> None:
+        """Once the dialect is known: drop the recorder if it cannot resume, and take the hot
+        path for plain SSE when nothing is held for later slices."""
         reader = self._reader
         if (
             self._recorder is not None
@@ -174,6 +181,7 @@ class StreamTap:
             and self.assembler is not None
             and self._decoder is not None
             and self._decoder.identity
+            and not self._decoder.pending
             and self._blind is None
         ):
             assembler = self.assembler
@@ -184,7 +192,6 @@ class StreamTap:
                 else None
             )
             self._direct = (reader.decoder, assembler, take_block)
-        return deltas
 
     def _take_blocks(
         self, chunk: bytes, sse: SSEDecoder, take_block: Callable[[bytes, int, int], bool]
@@ -207,13 +214,25 @@ class StreamTap:
 
     @property
     def backlog(self) -> bool:
-        """Compressed input received but not yet analysed: call `pump()` (one slice each)."""
+        """Input received but not yet analysed (a compressed body's, or what a read beyond
+        `SLICE_BYTES` brought): call `pump()` (one slice each)."""
         return self._blind is None and self._decoder is not None and self._decoder.pending
 
     def pump(self) -> int:
-        """Analyse one more slice of a compressed body's backlog; returns content deltas."""
-        return self._analyse_slice(b"") if self.backlog else 0
+        """Analyse one more slice of the backlog; returns content deltas."""
+        if not self.backlog:
+            return 0
+        deltas = self._analyse_slice(b"")
+        if not self.backlog:
+            self._settle()
+        return deltas
 
+    def stop_analysis(self) -> None:
+        """Analyse nothing more (the shell stops before the backlog was analysed: a
+        shutdown): the verdict counts `analysis_cut_short` and is not confirmed."""
+        if self._blind is None and self._verdict is None:
+            self._go_blind("analysis_cut_short")
+            self._decoder = None  # its backlog is dropped
     def _analyse_slice(self, chunk: bytes) -> int:
         """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
         decoder = self._decoder
@@ -222,14 +241,18 @@ class StreamTap:
         before = self.assembler.content_deltas if self.assembler else 0
         try:
             piece = decoder.decode(chunk)
+            over = False
             if not decoder.identity:
-                if self.decoded_bytes + len(piece) > self.options.max_decoded_bytes:
-                    self._go_blind("analysis_budget_exceeded")
-                    self._decoder = None  # its backlog is dropped: nothing more is analysed
-                    return 0
+                # Exactly `max_decoded_bytes` are analysed; a byte more stops the analysis.
+                left = self.options.max_decoded_bytes - self.decoded_bytes
+                if len(piece) > left:
+                    piece, over = piece[:left], True
                 self.decoded_bytes += len(piece)
             if piece:
                 self._feed_decoded(piece)
+            if over:
+                self._go_blind("analysis_budget_exceeded")
+                self._decoder = None  # its backlog is dropped: nothing more is analysed
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
             return 0

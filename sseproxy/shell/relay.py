@@ -6,8 +6,9 @@ the client pushes back (it holds more than the per-client mark, or the proxy as 
 more than its cap and this client holds any), the upstream is paused; the few chunks that
 still arrive wait in a small pending list, and the relay's task (`run`) waits for the
 client's drain, writes them, and resumes the upstream. The task also carries everything that
-waits: a drill's pauses, stalls and cuts, a compressed body's analysis in slices, and every
-write when the accelerator is off.
+waits: a drill's pauses, stalls and cuts, the analysis in slices of a compressed body or of a
+read larger than a slice (the tap analyses one slice per call: the bytes are written first,
+the analysis follows between other streams' work), and every write when the accelerator is off.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from .errors import Ended
 from .inspector import StreamView
 from .state import Timings
 
-# Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of
-# decompressed output, ~5-20 ms): enough to keep up with any real stream's expansion.
+# Slices of the tap's backlog analysed after each write before the relay looks for new
+# chunks (a slice is at most 16 KiB, ~1 ms of real events, ~20 ms at worst; one loop turn
+# between each): enough to keep up with any real stream's expansion.
 SLICES_PER_WRITE = 8
 # Compressed input left unanalysed beyond this pauses the upstream until it is analysed
 # rather than held: a bomb's backlog is small, a real stream's never this big.
@@ -209,6 +211,9 @@ class Relay:
                     self._direct = False
                     self._pause()
                     self._notify()
+                elif parts.tap.backlog:  # a read beyond a slice: the task analyses the rest
+                    self._direct = False
+                    self._notify()
             except Exception as exc:  # a bug of ours: the task raises it, nothing else breaks
                 self._fail(exc)
             return
@@ -246,6 +251,9 @@ class Relay:
                     return self._end
                 if self._paused:
                     await self._relieve()
+                    continue
+                if self.parts.tap.backlog:
+                    await self._analyse()
                     continue
                 # Idle: the next chunks are written from on_body when nothing stands between.
                 self._direct = direct_ok and delivery.started and not self.parts.tap.backlog
@@ -454,13 +462,19 @@ class DrillEnd:
     bytes_after_end = 0
 
 
-async def analyse_backlog(tap: StreamTap | None) -> None:
-    """Analyse what a compressed body still holds, one slice per loop turn, before the verdict
-    (the tap would otherwise do it in one go when closed). A second cancellation (a shutdown
-    cut) stops the waiting; the tap then finishes the rest itself."""
-    try:
-        while tap is not None and tap.backlog:
+async def analyse_backlog(tap: StreamTap | None, stopping: Callable[[], bool]) -> None:
+    """Analyse what the tap still holds, one slice per loop turn, before the verdict (the tap
+    would otherwise do it in one go when closed, holding the loop for seconds). A client that
+    leaves cancels its handler: the analysis goes on. A cancellation while the proxy is
+    `stopping`, or a second one, stops it: the tap analyses nothing more and its verdict says
+    `analysis_cut_short`."""
+    cancels = 0
+    while tap is not None and tap.backlog:
+        try:
             await asyncio.sleep(0)
-            tap.pump()
-    except asyncio.CancelledError:
-        pass
+        except asyncio.CancelledError:
+            cancels += 1
+            if cancels > 1 or stopping():
+                tap.stop_analysis()
+                return
+        tap.pump()
