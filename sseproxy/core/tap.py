@@ -233,6 +233,7 @@ class StreamTap:
         if self._blind is None and self._verdict is None:
             self._go_blind("analysis_cut_short")
             self._decoder = None  # its backlog is dropped
+
     def _analyse_slice(self, chunk: bytes) -> int:
         """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
         decoder = self._decoder
