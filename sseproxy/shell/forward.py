@@ -285,6 +285,7 @@ async def relay(
         mark=settings.max_client_held_bytes,
         budget=state.held,
         idle_timeout=settings.idle_timeout,
+        turns=state.analysis,
     )
     relay.upstream = upstream
     waiting.hand_over(upstream, relay)

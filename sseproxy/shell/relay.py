@@ -31,6 +31,7 @@ from .delivery import ClientDelivery, ContentWatch
 from .errors import Ended
 from .inspector import StreamView
 from .state import Timings
+from .turns import AnalysisTurns
 
 # Slices of the tap's backlog analysed after each write before the relay looks for new
 # chunks (a slice is at most 16 KiB, ~1 ms of real events, ~20 ms at worst; one loop turn
@@ -165,6 +166,7 @@ class Relay:
         "mark",
         "parts",
         "transform",
+        "turns",
         "upstream",
     )
 
@@ -176,8 +178,10 @@ class Relay:
         mark: int,
         budget: HeldBytes,
         idle_timeout: float,
+        turns: AnalysisTurns | None = None,
     ) -> None:
         self.parts = parts
+        self.turns = turns if turns is not None else AnalysisTurns()
         self.transform = transform
         self.mark = mark
         self.budget = budget
@@ -249,11 +253,11 @@ class Relay:
                 if self._end is not None:
                     await self._write_all(transform.finish(), time.monotonic())
                     return self._end
+                if self.parts.tap.backlog:  # also while paused: the client is not reading
+                    await self._analyse()
+                    continue
                 if self._paused:
                     await self._relieve()
-                    continue
-                if self.parts.tap.backlog:
-                    await self._analyse()
                     continue
                 # Idle: the next chunks are written from on_body when nothing stands between.
                 self._direct = direct_ok and delivery.started and not self.parts.tap.backlog
@@ -325,9 +329,10 @@ class Relay:
         return now
 
     async def _analyse(self) -> None:
-        """A compressed body is analysed in slices, other streams running between them; a few
-        per batch written keep the analysis close behind the bytes. Chunks that arrive, or the
-        body's end, stop it: the rest waits until the client's response has ended
+        """A backlog (a compressed body, a read beyond a slice) is analysed in slices taken
+        through the proxy's AnalysisTurns, other streams running between them; a few per batch
+        written keep the analysis close behind the bytes. Chunks that arrive, or the body's
+        end, stop it: the rest waits until the client's response has ended
         (`analyse_backlog`), so analysis never delays a byte or the end. Only input left
         unanalysed beyond MAX_UNANALYSED_BYTES pauses the upstream until it is analysed."""
         tap = self.parts.tap
@@ -337,9 +342,8 @@ class Relay:
                 self._pause()
             elif slices >= SLICES_PER_WRITE or self._pending or self._end is not None:
                 return
-            await asyncio.sleep(0)
             slices += 1
-            if deltas := tap.pump():
+            if deltas := await self.turns.pump(tap):
                 now = time.monotonic()
                 self._account(now, now, 0, deltas)
 
@@ -462,19 +466,20 @@ class DrillEnd:
     bytes_after_end = 0
 
 
-async def analyse_backlog(tap: StreamTap | None, stopping: Callable[[], bool]) -> None:
-    """Analyse what the tap still holds, one slice per loop turn, before the verdict (the tap
-    would otherwise do it in one go when closed, holding the loop for seconds). A client that
-    leaves cancels its handler: the analysis goes on. A cancellation while the proxy is
-    `stopping`, or a second one, stops it: the tap analyses nothing more and its verdict says
-    `analysis_cut_short`."""
+async def analyse_backlog(
+    tap: StreamTap | None, stopping: Callable[[], bool], turns: AnalysisTurns
+) -> None:
+    """Analyse what the tap still holds, in slices taken through `turns`, before the verdict
+    (the tap would otherwise do it in one go when closed, holding the loop for seconds). A
+    client that leaves cancels its handler: the analysis goes on. A cancellation while the
+    proxy is `stopping`, or a second one, stops it: the tap analyses nothing more and its
+    verdict says `analysis_cut_short`."""
     cancels = 0
     while tap is not None and tap.backlog:
         try:
-            await asyncio.sleep(0)
+            await turns.pump(tap)
         except asyncio.CancelledError:
             cancels += 1
             if cancels > 1 or stopping():
                 tap.stop_analysis()
                 return
-        tap.pump()

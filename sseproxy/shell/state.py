@@ -25,6 +25,7 @@ from ..redact import Secrets
 from .budget import HeldBytes
 from .delivery import ClientDelivery
 from .inspector import Inspector, StreamView
+from .turns import AnalysisTurns
 from .upstream import UpstreamPool
 
 if TYPE_CHECKING:
@@ -219,6 +220,8 @@ class ProxyState:
     pool: UpstreamPool | None = None
     # Response bytes held for clients, against max_held_bytes.
     held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_held_bytes))
+    # The analysis each loop turn may do across all streams (turns.py).
+    analysis: AnalysisTurns = field(default_factory=AnalysisTurns)
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
 
