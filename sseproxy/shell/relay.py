@@ -253,11 +253,14 @@ class Relay:
                 if self._end is not None:
                     await self._write_all(transform.finish(), time.monotonic())
                     return self._end
-                if self.parts.tap.backlog:  # also while paused: the client is not reading
-                    await self._analyse()
-                    continue
                 if self._paused:
+                    if self.parts.tap.backlog and delivery.held() > self.mark // 4:
+                        await self._analyse()  # while the client is not reading, a few slices
+                        continue
                     await self._relieve()
+                    continue
+                if self.parts.tap.backlog:
+                    await self._analyse()
                     continue
                 # Idle: the next chunks are written from on_body when nothing stands between.
                 self._direct = direct_ok and delivery.started and not self.parts.tap.backlog
@@ -471,11 +474,15 @@ async def analyse_backlog(
 ) -> None:
     """Analyse what the tap still holds, in slices taken through `turns`, before the verdict
     (the tap would otherwise do it in one go when closed, holding the loop for seconds). A
-    client that leaves cancels its handler: the analysis goes on. A cancellation while the
-    proxy is `stopping`, or a second one, stops it: the tap analyses nothing more and its
-    verdict says `analysis_cut_short`."""
+    client that leaves cancels its handler: the analysis goes on. Once the proxy is
+    `stopping` (its response has ended: nothing is left to forward), or at a second
+    cancellation, it stops: the tap analyses nothing more and its verdict says
+    `analysis_cut_short`."""
     cancels = 0
     while tap is not None and tap.backlog:
+        if stopping():
+            tap.stop_analysis()
+            return
         try:
             await turns.pump(tap)
         except asyncio.CancelledError:

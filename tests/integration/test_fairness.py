@@ -9,6 +9,8 @@ import zlib
 from typing import Any
 
 from sseproxy.core.encoding import SLICE_BYTES
+from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES
+from sseproxy.shell.turns import AnalysisTurns
 from tests.integration.fake_upstream import Script, Send
 
 PATH = "/v1/chat/completions"
@@ -80,3 +82,34 @@ async def test_a_gzip_bomb_is_analysed_between_other_tasks_after_its_client_left
         ticker.stop()
     assert ticker.turns >= EXPANDED // SLICE_BYTES // 2  # a turn for others between slices
     assert record["bytes"] == len(bomb) and record["events"] == 0
+
+
+async def test_a_paused_upstream_is_resumed_when_its_client_reads_not_when_analysis_ends(
+    upstream: Any, make_proxy: Any, logs: Any, monkeypatch: Any
+) -> None:
+    """A 512 KB gzip body of blank lines (512 MiB expanded: ~4,000 slices under the budget)
+    to a client with a small mark: the upstream is paused while the client holds its bytes;
+    once the client has read them the upstream resumes, whatever is left to analyse. The
+    client has the whole body while only a part of the analysis is done (a relay that
+    analysed its backlog before relieving its client would end it only after all of it)."""
+    fake, _ = upstream
+    bomb = blank_line_bomb(512 * 1024 * 1024)
+    headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+    fake.script(
+        PATH,
+        Script([Send(bomb[i : i + 65536]) for i in range(0, len(bomb), 65536)], headers=headers),
+    )
+    client = await make_proxy(max_client_held_bytes=16 * 1024)
+    slices = 0
+    pump = AnalysisTurns.pump
+
+    async def counted(self: AnalysisTurns, tap: Any) -> int:
+        nonlocal slices
+        slices += 1
+        return await pump(self, tap)
+
+    monkeypatch.setattr(AnalysisTurns, "pump", counted)
+    resp = await client.post(PATH, json={}, auto_decompress=False)
+    assert await asyncio.wait_for(resp.read(), 60) == bomb
+    assert slices < DEFAULT_MAX_DECODED_BYTES // SLICE_BYTES // 4
+    assert logs.records() == []
