@@ -254,9 +254,6 @@ class Relay:
                     await self._write_all(transform.finish(), time.monotonic())
                     return self._end
                 if self._paused:
-                    if self.parts.tap.backlog and delivery.held() > self.mark // 4:
-                        await self._analyse()  # while the client is not reading, a few slices
-                        continue
                     await self._relieve()
                     continue
                 if self.parts.tap.backlog:
@@ -316,6 +313,7 @@ class Relay:
                 if not self._write_now(out, arrived, now):
                     raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
                 if delivery.held() > self.mark:
+                    await self._analyse_while_held(self.mark)
                     await delivery.drain()
                     now = time.monotonic()
                     parts.timings.resumed(now)
@@ -350,6 +348,21 @@ class Relay:
                 now = time.monotonic()
                 self._account(now, now, 0, deltas)
 
+    async def _analyse_while_held(self, mark: int, slices: int | None = None) -> None:
+        """The client is not reading: analyse the backlog meanwhile (at most `slices` slices,
+        None: all), a slice at a time, until it is done or the client holds no more than
+        `mark` (then the relay goes on at once), so that a stalled client's stream keeps no
+        unanalysed read."""
+        tap, delivery = self.parts.tap, self.parts.delivery
+        while tap.backlog and delivery.held() >= mark and not delivery.gone():
+            if slices is not None:
+                if slices <= 0:
+                    return
+                slices -= 1
+            if deltas := await self.turns.pump(tap):
+                now = time.monotonic()
+                self._account(now, now, 0, deltas)
+
     async def _relieve(self) -> None:
         """Paused: wait until the client has taken its bytes (and, while the proxy holds more
         than its cap, until this client holds none), then resume the upstream."""
@@ -359,10 +372,14 @@ class Relay:
                 if delivery.gone():
                     raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
                 if delivery.held() > self.mark // 4:
+                    await self._analyse_while_held(self.mark // 4)
                     await delivery.drain()
                 self._recount()
                 if not self.budget.over() or self._counted == 0:
                     break
+                if self.parts.tap.backlog:  # the wait is the analysis' time
+                    await self._analyse_while_held(0, slices=1)
+                    continue
                 await asyncio.sleep(OVER_CAP_RECHECK_S)
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
