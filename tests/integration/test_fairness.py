@@ -10,8 +10,10 @@ from typing import Any
 
 from sseproxy.core.encoding import SLICE_BYTES
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES
+from sseproxy.shell.app import STATE
 from sseproxy.shell.turns import AnalysisTurns
 from tests.integration.fake_upstream import Script, Send
+from tests.integration.test_slow_readers import blocks, stalled_client
 
 PATH = "/v1/chat/completions"
 # Blank lines: the cheapest bytes to compress (1000:1) and among the costliest to analyse.
@@ -113,3 +115,43 @@ async def test_a_paused_upstream_is_resumed_when_its_client_reads_not_when_analy
     assert await asyncio.wait_for(resp.read(), 60) == bomb
     assert slices < DEFAULT_MAX_DECODED_BYTES // SLICE_BYTES // 4
     assert logs.records() == []
+
+
+async def test_healthz_is_answered_while_300_clients_that_stopped_reading_hold_streams(
+    upstream: Any, make_proxy: Any, logs: Any, monkeypatch: Any
+) -> None:
+    """300 clients that never read streams of 64 KiB events (larger than a slice: each read
+    leaves a backlog): healthz is answered throughout (a generous timeout, no latency
+    asserted), the paused relays analyse their backlogs through the shared turns while they
+    wait, and every stream ends with its client."""
+    fake, _ = upstream
+    fake.script(PATH, Script([Send(b) for b in blocks(32)]))  # 2 MB each
+    streams = 300
+    client = await make_proxy(
+        max_client_held_bytes=64 * 1024, max_held_bytes=4 * 1024 * 1024, max_concurrent_streams=400
+    )
+    slices = 0
+    pump = AnalysisTurns.pump
+
+    async def counted(self: AnalysisTurns, tap: Any) -> int:
+        nonlocal slices
+        slices += 1
+        return await pump(self, tap)
+
+    monkeypatch.setattr(AnalysisTurns, "pump", counted)
+    socks = [await stalled_client(client.server.port, 2) for _ in range(streams)]
+    try:
+        async with asyncio.timeout(60):
+            while client.app[STATE].active < streams:
+                await asyncio.sleep(0.05)
+        for _ in range(5):
+            health = await asyncio.wait_for(client.get("/_sseproxy/healthz"), 30)
+            assert health.status == 200
+            assert (await health.json())["active_streams"] == streams
+            await asyncio.sleep(0.1)
+        assert slices > 0  # backlogs analysed while their clients did not read
+    finally:
+        for sock in socks:
+            sock.close()
+    records = await logs.wait(streams, timeout=60)
+    assert {r["interruption"]["reason"] for r in records} == {"client_disconnected"}
