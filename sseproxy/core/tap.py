@@ -41,9 +41,10 @@ __all__ = ["Framing", "StreamTap", "TapOptions"]
 SNIFF_EVENTS = 32
 # Decompressed bytes of one compressed response analysed at most. Real LLM streams decompress
 # to a few MiB to ~20 MiB (a 64k-token Chat answer at ~250 bytes per chunk is ~16 MiB); 64 MiB
-# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand
-# at a few seconds of CPU, spent in short slices between other streams' work. Identity bodies
-# need no budget: their analysis is proportional to the bytes actually received.
+# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand:
+# ~3 s of CPU for real events, up to ~30-80 s for the costliest (blank lines, 8-byte events),
+# spent in short slices between other streams' work. Identity bodies need no budget: their
+# analysis is proportional to the bytes actually received.
 DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
