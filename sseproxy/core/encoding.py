@@ -55,6 +55,9 @@ class BodyDecoder:
         self._input: deque[bytes] = deque()
         self._input_bytes = 0
         self._offset = 0
+        # Identity: held bytes still to return before the mark (`mark`); None: no mark.
+        self._until_mark: int | None = None
+        self.mark_reached = False  # the last slice returned ended at the mark
         self._more = False  # the last slice was full: output may be waiting without new input
         self._spill = b""  # br output beyond the slice, returned by the next call
         if self.encoding in ("gzip", "x-gzip"):
@@ -95,10 +98,19 @@ class BodyDecoder:
         came (the usual chunk: no copy).
         """
         if self._zlib is None and self._brotli is None and not self._deflate_probe:
-            if not self._input_bytes and len(data) <= SLICE_BYTES:
-                return data
+            until = self._until_mark
+            if until is None:
+                if not self._input_bytes and len(data) <= SLICE_BYTES:
+                    return data
+                self._hold(data)
+                return self._take(SLICE_BYTES)
             self._hold(data)
-            return self._take(SLICE_BYTES)
+            out = self._take(min(SLICE_BYTES, until))  # a slice never straddles the mark
+            self._until_mark = until - len(out)
+            self.mark_reached = self._until_mark == 0
+            if self.mark_reached:
+                self._until_mark = None
+            return out
         try:
             if self._brotli is not None:
                 return self._unbrotli(data)
@@ -107,6 +119,17 @@ class BodyDecoder:
             self._more, self._spill = False, b""
             self._drop_input()
             raise ContentDecodingError(f"{self.encoding}: {exc}") from exc
+
+    def mark(self) -> None:
+        """Identity: end a slice where the input held now ends (`mark_reached` tells when)."""
+        self._until_mark = self._input_bytes if self._input_bytes else None
+        self.mark_reached = False
+
+    def hold(self, data: bytes) -> None:
+        """Keep identity input for later `decode` calls, decoding none of it now."""
+        if not self.identity:
+            raise ValueError("only identity input is held undecoded")
+        self._hold(data)
 
     def _hold(self, data: bytes) -> None:
         if data:

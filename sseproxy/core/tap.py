@@ -65,6 +65,9 @@ class TapOptions:
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     # Events whose cursor and hash a resumable stream records for the resume ledger (0: none).
     ledger_events: int = 0
+    # An identity read larger than a slice is only held by `feed`, none of it analysed there:
+    # the caller pumps every slice (the proxy, between other streams' work).
+    defer_large_reads: bool = False
     strict: bool = False
 
 
@@ -111,6 +114,9 @@ class StreamTap:
         ) = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
+        # (events, type of the last one) complete within the input fed when `mark_fed` was
+        # last called, once the analysis got there; None: not yet, or no mark.
+        self.at_mark: tuple[int, str | None] | None = None
         try:
             self._decoder = BodyDecoder(content_encoding)
         except ContentDecodingError:
@@ -163,6 +169,16 @@ class StreamTap:
                 return 0
             return assembler.content_deltas - before
         self._direct = None  # a read beyond a slice: analysed a slice at a time, in order
+        decoder = self._decoder
+        if (
+            self.options.defer_large_reads
+            and len(chunk) > SLICE_BYTES
+            and decoder is not None
+            and decoder.identity
+            and self._blind is None
+        ):
+            decoder.hold(chunk)
+            return 0
         deltas = self._analyse_slice(chunk)
         self._settle()
         return deltas
@@ -228,6 +244,19 @@ class StreamTap:
             self._settle()
         return deltas
 
+    def mark_fed(self) -> bool:
+        """Count the events complete within the input fed so far once the analysis gets there
+        (`at_mark`): True when it has not yet (an identity read held for later slices), False
+        when `events` already counts them (or, compressed, when no byte offset maps to them)."""
+        decoder = self._decoder
+        if self._blind is not None or decoder is None or not decoder.identity:
+            return False
+        if not decoder.pending:
+            return False
+        decoder.mark()
+        self.at_mark = None
+        return True
+
     def stop_analysis(self) -> None:
         """Analyse nothing more (the shell stops before the backlog was analysed: a
         shutdown): the verdict counts `analysis_cut_short` and is not confirmed."""
@@ -252,6 +281,9 @@ class StreamTap:
                 self.decoded_bytes += len(piece)
             if piece:
                 self._feed_decoded(piece)
+            if decoder.mark_reached:
+                decoder.mark_reached = False
+                self.at_mark = (self.events, self.assembler.last_event if self.assembler else None)
             if over:
                 self._go_blind("analysis_budget_exceeded")
                 self._decoder = None  # its backlog is dropped: nothing more is analysed

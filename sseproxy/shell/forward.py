@@ -324,6 +324,7 @@ def begin(
             settings.max_event_bytes,
             CONTENT_CHARS if settings.keep_content else 0,
             settings.resume_ledger_events if settings.resume_ledger_streams else 0,
+            defer=True,  # the relay pumps large reads through the proxy's analysis turns
         ),
         facts.asked,
     )

@@ -213,6 +213,23 @@ def test_one_large_identity_read_is_analysed_a_slice_per_call(dialect: Dialect |
     assert verdict.events == 64 * 1024 // len(TINY) + 2
 
 
+def test_the_events_within_what_was_fed_are_counted_when_the_analysis_gets_there() -> None:
+    """A client that got a 64 KiB read and then left: the events within that read are what
+    it was sent, though the analysis had done only a slice of it at the break; the events of
+    the read after it are not counted."""
+    first = TINY * (64 * 1024 // len(TINY))
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
+    tap.feed(first)
+    assert tap.mark_fed()  # analysis trails: the count comes later
+    tap.feed(first + b"data: {}")  # the next read, written to nobody
+    assert tap.at_mark is None
+    tap.close(EndReason.CLIENT_DISCONNECTED, http_complete=None)
+    assert tap.at_mark is not None and tap.at_mark[0] == first.count(b"\n\n")
+    caught_up = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
+    caught_up.feed(TINY * 10)
+    assert not caught_up.mark_fed()  # nothing trails: `events` is the count
+
+
 def test_a_read_of_exactly_a_slice_is_analysed_at_once() -> None:
     body = (TINY * (SLICE_BYTES // len(TINY) + 1))[:SLICE_BYTES]
     tap = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
