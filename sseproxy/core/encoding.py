@@ -20,10 +20,22 @@ from typing import Any
 # most ~20 ms of the worst, under the ~50 ms a proxy may stall its other streams; smaller
 # slices only add per-call overhead. (128 KiB of blank lines held the loop for 60-600 ms.)
 SLICE_BYTES = 16 * 1024
+# Line ends an identity read may hold and still be analysed whole, however large: the cost
+# of the analysis is per line (an event is a few), the bytes of a long line go through C
+# loops. 4,096 line ends are what a slice of the costliest events holds (16 KiB of 8-byte
+# events), so such a read costs about as much as a slice; a bulk read of real events
+# (~250 bytes each) or of large ones stays whole, uncopied, on the tap's fast path.
+LINES_PER_READ = 4096
 # The most compressed input one call hands the inflater. zlib copies what a call leaves
 # unconsumed (`unconsumed_tail`) on every call, so input given whole would make each call
 # cost as much as the compressed backlog (megabytes) however little it returns.
 INPUT_BYTES = 16 * 1024
+
+
+def must_slice(data: bytes) -> bool:
+    """Is this identity read too costly to analyse in one call: larger than a slice and
+    holding more than LINES_PER_READ line ends (CR or LF: SSE ends lines with either)?"""
+    return len(data) > SLICE_BYTES and data.count(b"\n") + data.count(b"\r") > LINES_PER_READ
 
 
 class ContentDecodingError(Exception):
@@ -100,7 +112,7 @@ class BodyDecoder:
         if self._zlib is None and self._brotli is None and not self._deflate_probe:
             until = self._until_mark
             if until is None:
-                if not self._input_bytes and len(data) <= SLICE_BYTES:
+                if not self._input_bytes and not must_slice(data):
                     return data
                 self._hold(data)
                 return self._take(SLICE_BYTES)

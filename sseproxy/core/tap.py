@@ -24,7 +24,7 @@ from .dialects import (
     spec_for,
 )
 from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly
-from .encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError
+from .encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError, must_slice
 from .events import Comment, Frame, Framing, Line, SSEEvent
 from .eventstream import EventMessage
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
@@ -65,8 +65,9 @@ class TapOptions:
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     # Events whose cursor and hash a resumable stream records for the resume ledger (0: none).
     ledger_events: int = 0
-    # An identity read larger than a slice is only held by `feed`, none of it analysed there:
-    # the caller pumps every slice (the proxy, between other streams' work).
+    # An identity read too costly to analyse in one call (`encoding.must_slice`) is only held
+    # by `feed`, none of it analysed there: the caller pumps every slice (the proxy, between
+    # other streams' work).
     defer_large_reads: bool = False
     strict: bool = False
 
@@ -112,6 +113,10 @@ class StreamTap:
         self._direct: (
             tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
         ) = None
+        # The same, also while input is held for later slices.
+        self._fast: (
+            tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
+        ) = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
         # (events, type of the last one) complete within the input fed when `mark_fed` was
@@ -128,54 +133,16 @@ class StreamTap:
         """Account for one upstream chunk. Returns how many content deltas it completed."""
         self.bytes += len(chunk)
         direct = self._direct
-        if direct is not None and len(chunk) <= SLICE_BYTES:
-            # The hot path: plain SSE of a known dialect. Same work as below, fewer calls.
-            sse, assembler, take_block = direct
-            before = assembler.content_deltas
-            try:
-                if take_block is not None:
-                    if sse.ready:
-                        # The usual chunk: one block of a delta, taken without an event.
-                        size = len(chunk)
-                        if size <= sse.max_event_bytes and take_block(chunk, 0, size):
-                            sse.pos += size
-                            self.events += 1
-                            return assembler.content_deltas - before
-                        several = chunk.find(b"\n\n") + 2 < size
-                    else:
-                        # A block began in an earlier chunk (a bulk read ends anywhere): the
-                        # decoder completes it, and the blocks after it can be taken whole.
-                        end = chunk.find(b"\n\n") + 2
-                        several = 2 <= end < len(chunk)
-                        if several:
-                            self.on_frames(sse.feed(chunk[:end]))
-                            chunk = chunk[end:]
-                    if several and sse.ready:
-                        chunk = self._take_blocks(chunk, sse, take_block)
-                        if not chunk:
-                            return assembler.content_deltas - before
-                event = sse.whole_event(chunk)
-                if event is not None:  # the usual chunk: one event, nothing held
-                    if self._recorder is not None:
-                        self._recorder.record(event)
-                    assembler.on_event(event)
-                    self.events += 1
-                    return assembler.content_deltas - before
-                self.on_frames(sse.feed(chunk))
-            except Exception:
-                if self.options.strict:
-                    raise
-                self._go_blind("core_error")
-                return 0
-            return assembler.content_deltas - before
-        self._direct = None  # a read beyond a slice: analysed a slice at a time, in order
+        if direct is not None and (len(chunk) <= SLICE_BYTES or not must_slice(chunk)):
+            return self._feed_fast(chunk, direct)
+        self._direct = None  # a costly read: analysed a slice at a time, in order
         decoder = self._decoder
         if (
             self.options.defer_large_reads
-            and len(chunk) > SLICE_BYTES
             and decoder is not None
             and decoder.identity
             and self._blind is None
+            and (decoder.pending or must_slice(chunk))
         ):
             decoder.hold(chunk)
             return 0
@@ -183,9 +150,55 @@ class StreamTap:
         self._settle()
         return deltas
 
+    def _feed_fast(
+        self,
+        chunk: bytes,
+        direct: tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None],
+    ) -> int:
+        """Plain SSE of a known dialect, identity: a read as it came (`feed`) or a slice of a
+        costly one (`pump`). Returns the content deltas it completed."""
+        sse, assembler, take_block = direct
+        before = assembler.content_deltas
+        try:
+            if take_block is not None:
+                if sse.ready:
+                    # The usual chunk: one block of a delta, taken without an event.
+                    size = len(chunk)
+                    if size <= sse.max_event_bytes and take_block(chunk, 0, size):
+                        sse.pos += size
+                        self.events += 1
+                        return assembler.content_deltas - before
+                    several = chunk.find(b"\n\n") + 2 < size
+                else:
+                    # A block began in an earlier chunk (a bulk read ends anywhere): the
+                    # decoder completes it, and the blocks after it can be taken whole.
+                    end = chunk.find(b"\n\n") + 2
+                    several = 2 <= end < len(chunk)
+                    if several:
+                        self.on_frames(sse.feed(chunk[:end]))
+                        chunk = chunk[end:]
+                if several and sse.ready:
+                    chunk = self._take_blocks(chunk, sse, take_block)
+                    if not chunk:
+                        return assembler.content_deltas - before
+            event = sse.whole_event(chunk)
+            if event is not None:  # the usual chunk: one event, nothing held
+                if self._recorder is not None:
+                    self._recorder.record(event)
+                assembler.on_event(event)
+                self.events += 1
+                return assembler.content_deltas - before
+            self.on_frames(sse.feed(chunk))
+        except Exception:
+            if self.options.strict:
+                raise
+            self._go_blind("core_error")
+            return 0
+        return assembler.content_deltas - before
+
     def _settle(self) -> None:
-        """Once the dialect is known: drop the recorder if it cannot resume, and take the hot
-        path for plain SSE when nothing is held for later slices."""
+        """Once the dialect is known: drop the recorder if it cannot resume, and take the fast
+        path for plain SSE (for slices of held input too; for whole reads when none is held)."""
         reader = self._reader
         if (
             self._recorder is not None
@@ -198,7 +211,6 @@ class StreamTap:
             and self.assembler is not None
             and self._decoder is not None
             and self._decoder.identity
-            and not self._decoder.pending
             and self._blind is None
         ):
             assembler = self.assembler
@@ -208,7 +220,8 @@ class StreamTap:
                 and self._recorder is None  # a block taken whole builds no event to record
                 else None
             )
-            self._direct = (reader.decoder, assembler, take_block)
+            self._fast = (reader.decoder, assembler, take_block)
+            self._direct = self._fast if not self._decoder.pending else None
 
     def _take_blocks(
         self, chunk: bytes, sse: SSEDecoder, take_block: Callable[[bytes, int, int], bool]
@@ -240,8 +253,7 @@ class StreamTap:
         if not self.backlog:
             return 0
         deltas = self._analyse_slice(b"")
-        if not self.backlog:
-            self._settle()
+        self._settle()
         return deltas
 
     def mark_fed(self) -> bool:
@@ -280,7 +292,11 @@ class StreamTap:
                     piece, over = piece[:left], True
                 self.decoded_bytes += len(piece)
             if piece:
-                self._feed_decoded(piece)
+                fast = self._fast
+                if fast is not None and decoder.identity:
+                    self._feed_fast(piece, fast)
+                else:
+                    self._feed_decoded(piece)
             if decoder.mark_reached:
                 decoder.mark_reached = False
                 self.at_mark = (self.events, self.assembler.last_event if self.assembler else None)
@@ -453,7 +469,7 @@ class StreamTap:
     def _go_blind(self, why: str) -> None:
         self.anomalies[why] += 1
         self._blind = why
-        self._direct = None
+        self._direct = self._fast = None
 
     def _finish_framing(self, rest_unseen: bool = False) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sseproxy.core import Dialect, EndReason, StreamTap
 from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
 from sseproxy.core.dialects.gemini import MAX_PATH_DEPTH
-from sseproxy.core.encoding import INPUT_BYTES, SLICE_BYTES, BodyDecoder
+from sseproxy.core.encoding import INPUT_BYTES, LINES_PER_READ, SLICE_BYTES, BodyDecoder
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
 from tests.streams import chat_chunk, ndjson, sse
 
@@ -175,13 +175,22 @@ def test_one_call_gives_the_inflater_at_most_input_bytes_of_a_large_read() -> No
     assert decoder.retained_bytes <= len(body)
 
 
-def test_an_identity_read_of_a_slice_is_returned_whole_and_one_byte_more_is_sliced() -> None:
+def test_an_identity_read_is_whole_up_to_a_slice_or_its_lines_and_sliced_beyond() -> None:
     decoder = BodyDecoder(None)
-    whole = b"x" * SLICE_BYTES
-    assert decoder.decode(whole) is whole and not decoder.pending
-    assert decoder.decode(whole + b"y") == whole
-    assert decoder.pending and decoder.retained_bytes == 1
-    assert decoder.decode(b"z") == b"yz" and not decoder.pending  # in order, held bytes first
+    dense = b"\n" * SLICE_BYTES  # a slice of line ends: returned whole
+    assert decoder.decode(dense) is dense and not decoder.pending
+    # Larger than a slice with LINES_PER_READ line ends (CR counts too): whole, uncopied.
+    sparse = (b"x" * 99 + b"\r") * LINES_PER_READ + b"y" * SLICE_BYTES
+    assert decoder.decode(sparse) is sparse and not decoder.pending
+    # One line end more: sliced, in order, held bytes first.
+    costly = b"\n" + sparse
+    assert decoder.decode(costly) == costly[:SLICE_BYTES] and decoder.pending
+    assert decoder.retained_bytes == len(costly) - SLICE_BYTES
+    out = [decoder.decode(b"z")]
+    while decoder.pending:
+        out.append(decoder.decode(b""))
+    assert b"".join(out) == costly[SLICE_BYTES:] + b"z"
+    assert max(map(len, out)) <= SLICE_BYTES
 
 
 TINY = b"data:x\n\n"  # the costliest events a peer can send per byte (each one a JSON error)
