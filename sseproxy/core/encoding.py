@@ -4,7 +4,7 @@ Decoding is incremental and bounded: one `decode` call returns at most `SLICE_BY
 at most `INPUT_BYTES` of the input it was given; whatever is left stays pending (`pending`)
 until the next call. A 100 KB gzip body that expands to 100 MB therefore costs many short calls
 the caller can interleave with other work, never one long one, and never 100 MB of memory. An
-identity body is sliced the same way, so one large read is analysed in slices too.
+identity read too costly to analyse in one call (`must_slice`) is sliced the same way.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ more than its cap and this client holds any), the upstream is paused; the few ch
 still arrive wait in a small pending list, and the relay's task (`run`) waits for the
 client's drain, writes them, and resumes the upstream. The task also carries everything that
 waits: a drill's pauses, stalls and cuts, the analysis in slices of a compressed body or of a
-read larger than a slice (the tap analyses one slice per call: the bytes are written first,
+costly read (the tap analyses one slice per call: the bytes are written first,
 the analysis follows between other streams' work), and every write when the accelerator is off.
 """
 
@@ -215,7 +215,7 @@ class Relay:
                     self._direct = False
                     self._pause()
                     self._notify()
-                elif parts.tap.backlog:  # a read beyond a slice: the task analyses the rest
+                elif parts.tap.backlog:  # a costly read: the task analyses it in slices
                     self._direct = False
                     self._notify()
             except Exception as exc:  # a bug of ours: the task raises it, nothing else breaks
@@ -330,7 +330,7 @@ class Relay:
         return now
 
     async def _analyse(self) -> None:
-        """A backlog (a compressed body, a read beyond a slice) is analysed in slices taken
+        """A backlog (a compressed body, a costly read) is analysed in slices taken
         through the proxy's AnalysisTurns, other streams running between them; a few per batch
         written keep the analysis close behind the bytes. Chunks that arrive, or the body's
         end, stop it: the rest waits until the client's response has ended

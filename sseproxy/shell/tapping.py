@@ -31,7 +31,7 @@ def tap_options(
 ) -> TapOptions:
     """The settings' options, built once: they are the same for every response (frozen).
     `ledger_events`: events a resumable stream records for the resume ledger (0: none).
-    `defer`: a read larger than a slice is analysed only by pumps (the relay's turns)."""
+    `defer`: a costly read (`encoding.must_slice`) is analysed only by pumps (the relay's turns)."""
     return TapOptions(
         max_event_bytes=max_event_bytes,
         content_chars=content_chars,
