@@ -62,6 +62,7 @@ ANOMALIES: frozenset[str] = frozenset(
         # The analysis itself stopped short of the whole stream.
         "analysis_budget_exceeded",
         "body_too_large_to_analyse",
+        "analysis_cut_short",
         "core_error",
         # Pacing (core/pacing.py).
         "content_stall",

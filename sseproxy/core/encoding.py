@@ -1,21 +1,41 @@
 """Content-Encoding for the analysis copy: the client gets the compressed bytes untouched.
 
-Decompression is incremental and bounded: one `decode` call returns at most `SLICE_BYTES`, and
-whatever the compressed input still holds stays pending (`pending`) until the next call. A
-100 KB gzip body that expands to 100 MB therefore costs many short calls the caller can
-interleave with other work, never one long one, and never 100 MB of memory.
+Decoding is incremental and bounded: one `decode` call returns at most `SLICE_BYTES` and reads
+at most `INPUT_BYTES` of the input it was given; whatever is left stays pending (`pending`)
+until the next call. A 100 KB gzip body that expands to 100 MB therefore costs many short calls
+the caller can interleave with other work, never one long one, and never 100 MB of memory. An
+identity read too costly to analyse in one call (`must_slice`) is sliced the same way.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from typing import Any
 
-# The most decompressed bytes one `decode` call returns. The tap analyses one slice per call,
-# so this bounds how long one call holds the event loop: the full tap analyses tens of MB/s
-# (`python -m bench.decoder`), so 256 KiB is a few milliseconds, well under the ~50 ms a
-# proxy may stall its other streams. Smaller slices only add per-call overhead.
-SLICE_BYTES = 128 * 1024
+# The most bytes one `decode` call returns: the tap analyses one slice per call, so this bounds
+# how long one call holds the event loop. The cost per byte depends on what the bytes hold:
+# ~0.04 us for real LLM events, up to ~1.2 us for 8-byte events, ~0.45 us for blank lines
+# (`python -m bench.decoder`, and a peer chooses). 16 KiB is then ~1 ms of real events and at
+# most ~20 ms of the worst, under the ~50 ms a proxy may stall its other streams; smaller
+# slices only add per-call overhead. (128 KiB of blank lines held the loop for 60-600 ms.)
+SLICE_BYTES = 16 * 1024
+# Line ends an identity read may hold and still be analysed whole, however large: the cost
+# of the analysis is per line (an event is a few), the bytes of a long line go through C
+# loops. 4,096 line ends are what a slice of the costliest events holds (16 KiB of 8-byte
+# events), so such a read costs about as much as a slice; a bulk read of real events
+# (~250 bytes each) or of large ones stays whole, uncopied, on the tap's fast path.
+LINES_PER_READ = 4096
+# The most compressed input one call hands the inflater. zlib copies what a call leaves
+# unconsumed (`unconsumed_tail`) on every call, so input given whole would make each call
+# cost as much as the compressed backlog (megabytes) however little it returns.
+INPUT_BYTES = 16 * 1024
+
+
+def must_slice(data: bytes) -> bool:
+    """Is this identity read too costly to analyse in one call: larger than a slice and
+    holding more than LINES_PER_READ line ends (CR or LF: SSE ends lines with either)?"""
+    return len(data) > SLICE_BYTES and data.count(b"\n") + data.count(b"\r") > LINES_PER_READ
 
 
 class ContentDecodingError(Exception):
@@ -42,7 +62,14 @@ class BodyDecoder:
         self._brotli: Any = None
         self._deflate_probe = False
         self._probe_bytes = b""
-        self._queue: list[bytes] = []  # br input received while output is still pending
+        # Input received but not yet decoded (given to the codec INPUT_BYTES at a time, or
+        # returned SLICE_BYTES at a time for identity), from `_offset` in its first piece.
+        self._input: deque[bytes] = deque()
+        self._input_bytes = 0
+        self._offset = 0
+        # Identity: held bytes still to return before the mark (`mark`); None: no mark.
+        self._until_mark: int | None = None
+        self.mark_reached = False  # the last slice returned ended at the mark
         self._more = False  # the last slice was full: output may be waiting without new input
         self._spill = b""  # br output beyond the slice, returned by the next call
         if self.encoding in ("gzip", "x-gzip"):
@@ -68,29 +95,82 @@ class BodyDecoder:
     @property
     def pending(self) -> bool:
         """Input already received may still yield output: call `decode(b"")` again."""
-        return self._more or bool(self._queue)
+        return self._more or bool(self._input_bytes)
 
     @property
     def retained_bytes(self) -> int:
-        """Compressed bytes held (the codec's own window, at most 32 KiB for zlib, aside)."""
+        """Input bytes held (the codec's own window, at most 32 KiB for zlib, aside)."""
         tail = len(self._zlib.unconsumed_tail) if self._zlib is not None else 0
-        queued = sum(map(len, self._queue))
-        return tail + queued + len(self._probe_bytes) + len(self._spill)
+        return tail + self._input_bytes + len(self._probe_bytes) + len(self._spill)
 
     def decode(self, data: bytes) -> bytes:
         """Take `data` (may be empty) and return the next slice of at most `SLICE_BYTES`.
 
-        Identity input is returned as it came: its size is what the network delivered.
+        Identity input of at most a slice, with nothing held before it, is returned as it
+        came (the usual chunk: no copy).
         """
-        if self._zlib is None and self._brotli is None:
-            return data
+        if self._zlib is None and self._brotli is None and not self._deflate_probe:
+            until = self._until_mark
+            if until is None:
+                if not self._input_bytes and not must_slice(data):
+                    return data
+                self._hold(data)
+                return self._take(SLICE_BYTES)
+            self._hold(data)
+            out = self._take(min(SLICE_BYTES, until))  # a slice never straddles the mark
+            self._until_mark = until - len(out)
+            self.mark_reached = self._until_mark == 0
+            if self.mark_reached:
+                self._until_mark = None
+            return out
         try:
             if self._brotli is not None:
                 return self._unbrotli(data)
             return self._inflate(data)
         except Exception as exc:  # zlib.error, brotli.error: any failure means undecodable
-            self._more, self._queue, self._spill = False, [], b""
+            self._more, self._spill = False, b""
+            self._drop_input()
             raise ContentDecodingError(f"{self.encoding}: {exc}") from exc
+
+    def mark(self) -> None:
+        """Identity: end a slice where the input held now ends (`mark_reached` tells when)."""
+        self._until_mark = self._input_bytes if self._input_bytes else None
+        self.mark_reached = False
+
+    def hold(self, data: bytes) -> None:
+        """Keep identity input for later `decode` calls, decoding none of it now."""
+        if not self.identity:
+            raise ValueError("only identity input is held undecoded")
+        self._hold(data)
+
+    def _hold(self, data: bytes) -> None:
+        if data:
+            self._input.append(data)
+            self._input_bytes += len(data)
+
+    def _take(self, size: int) -> bytes:
+        """The next `size` bytes of held input at most (fewer when less is held)."""
+        pieces: list[bytes] = []
+        need = size
+        held = self._input
+        while need and held:
+            head, start = held[0], self._offset
+            left = len(head) - start
+            if left <= need:
+                pieces.append(head[start:] if start else head)
+                held.popleft()
+                self._offset = 0
+                need -= left
+            else:
+                pieces.append(head[start : start + need])
+                self._offset = start + need
+                need = 0
+        self._input_bytes -= size - need
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _drop_input(self) -> None:
+        self._input.clear()
+        self._input_bytes = self._offset = 0
 
     def _inflate(self, data: bytes) -> bytes:
         if self._deflate_probe:
@@ -107,9 +187,14 @@ class BodyDecoder:
         inflater = self._zlib
         if inflater.eof:
             self._more = False
+            self._drop_input()
             return b""  # bytes after the end of the compressed stream are not body
-        tail = inflater.unconsumed_tail
-        out: bytes = inflater.decompress(tail + data if tail else data, SLICE_BYTES)
+        self._hold(data)
+        # What the last call left unconsumed first, new input only once it is used up.
+        source = inflater.unconsumed_tail or self._take(INPUT_BYTES)
+        out: bytes = inflater.decompress(source, SLICE_BYTES)
+        if inflater.eof:
+            self._drop_input()
         self._more = bool(inflater.unconsumed_tail) or (
             len(out) == SLICE_BYTES and not inflater.eof
         )
@@ -120,16 +205,14 @@ class BodyDecoder:
         # output can remain after it accepts input again: the excess waits in `_spill`, and a
         # call that produced output is followed by another until one produces none.
         decompressor = self._brotli
-        if data:
-            self._queue.append(data)
+        self._hold(data)
         if self._spill:
             out, self._spill = self._spill[:SLICE_BYTES], self._spill[SLICE_BYTES:]
             self._more = True
             return out
         source = b""
-        if self._queue and decompressor.can_accept_more_data():
-            source = b"".join(self._queue)
-            self._queue = []
+        if self._input_bytes and decompressor.can_accept_more_data():
+            source = self._take(INPUT_BYTES)
         out = decompressor.process(source, output_buffer_limit=SLICE_BYTES)
         if len(out) > SLICE_BYTES:
             out, self._spill = out[:SLICE_BYTES], out[SLICE_BYTES:]

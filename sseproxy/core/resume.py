@@ -21,8 +21,20 @@ from .events import SSEEvent
 
 # Events whose cursor and hash one stream keeps, by default; the oldest go first (a resume
 # names a cursor near where the stream was cut, so the tail is what is compared). One event
-# costs about 260 bytes kept: 256 streams of 256 events are about 17 MiB at most.
+# costs at most MAX_EVENT_COST bytes kept, whatever its id: 256 streams of 256 events are
+# at most 28 MiB (ids of up to 8 ASCII characters, the usual counters: about 17 MiB).
 DEFAULT_LEDGER_EVENTS = 256
+# An SSE id is kept as itself up to this many code points (no larger than its digest, and what
+# a record lists in `missing` or `first_event`); a longer one only as a digest, so an id of
+# 64 KiB costs what one of 33 characters does.
+MAX_KEPT_ID_CHARS = 32
+# Bytes of a long id's digest: 128 bits, so two ids never share one by chance.
+ID_DIGEST_BYTES = 16
+ID_DIGEST_PREFIX = "blake2b:"  # a kept id is never longer than 32: no id is taken for a digest
+# What one recorded event costs at most (sys.getsizeof, CPython 3.11, 64-bit): the tuple (72),
+# its ordinal and sequence ints (32 each), its data digest (65) and its id key (a str of at
+# most 32 code points, 4 bytes each: 184), and the ledger set's slot for that key (~32).
+MAX_EVENT_COST = 420
 # Missing cursors named in a `gap` link; beyond, only their count grows.
 MAX_MISSING_LISTED = 32
 # Bytes of the digest: 8 bytes tells rewritten data apart with certainty for this purpose.
@@ -32,8 +44,9 @@ _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
 
 
 class LedgerEvent(NamedTuple):
-    """One event as a ledger keeps it: its 1-based position among the stream's events, its
-    SSE id in force (None: none), its `sequence_number` (None: none), a hash of its data."""
+    """One event as a ledger keeps it: its 1-based position among the stream's events, the
+    `cursor_key` of its SSE id in force (None: none), its `sequence_number` (None: none), a
+    hash of its data."""
 
     ordinal: int
     event_id: str | None
@@ -53,6 +66,16 @@ def digest(data: bytes) -> str:
 EMPTY_DIGEST = digest(b"")
 
 
+def cursor_key(event_id: str) -> str:
+    """What a ledger keeps of an SSE id, and what a `Last-Event-ID` is compared by: the id
+    itself up to MAX_KEPT_ID_CHARS, else `blake2b:` and a 16-byte digest of it (in hex), so
+    memory does not grow with the ids a peer sends. Two ids have the same key only if equal."""
+    if len(event_id) <= MAX_KEPT_ID_CHARS:
+        return event_id
+    raw = event_id.encode("utf-8", "surrogatepass")  # a header's undecodable bytes, as escaped
+    return ID_DIGEST_PREFIX + hashlib.blake2b(raw, digest_size=ID_DIGEST_BYTES).hexdigest()
+
+
 def sequence_number(raw: bytes) -> re.Match[bytes] | None:
     """The top-level `sequence_number` of a Responses event: the API writes it right after
     `type`, older recordings last; only those ends are searched (a snapshot event can hold
@@ -67,20 +90,27 @@ def sequence_number(raw: bytes) -> re.Match[bytes] | None:
 class EventRecorder:
     """The last `cap` events of one stream as `LedgerEvent`s (memory bounded by `cap`)."""
 
-    __slots__ = ("cap", "events", "seen")
+    __slots__ = ("_id", "_key", "cap", "events", "seen")
 
     def __init__(self, cap: int = DEFAULT_LEDGER_EVENTS) -> None:
         self.cap = cap
         self.events: deque[LedgerEvent] = deque(maxlen=cap)
         self.seen = 0
+        # The last id and its key: the id in force is the same object event after event, so
+        # a long one is hashed once, and its key shared, not copied per event.
+        self._id = ""
+        self._key: str | None = None
 
     def record(self, event: SSEEvent) -> None:
         self.seen += 1
         found = sequence_number(event.raw)
+        event_id = event.id
+        if event_id != self._id:
+            self._id, self._key = event_id, cursor_key(event_id) if event_id else None
         self.events.append(
             LedgerEvent(
                 self.seen,
-                event.id or None,
+                self._key,
                 int(found.group(1)) if found else None,
                 digest(event.raw),
             )
@@ -153,10 +183,10 @@ def link_resume(
     key: Key = by_event_id,
     elapsed_ms: float | None = None,
 ) -> ResumeLink:
-    """Judge a stream resumed after `cursor` (the last event the client says it has) against
-    the original's ledger. `elapsed_ms`: since the original ended, checked against its
-    `retry:` (a reconnect sooner than the server asked is the `reconnect_before_retry`
-    anomaly)."""
+    """Judge a stream resumed after `cursor` (the last event the client says it has, as the
+    ledgers key it: `cursor_key` of a `Last-Event-ID`) against the original's ledger.
+    `elapsed_ms`: since the original ended, checked against its `retry:` (a reconnect sooner
+    than the server asked is the `reconnect_before_retry` anomaly)."""
     anomalies: Counter[str] = Counter()
     if original is None:
         return ResumeLink(None, cursor, ResumeVerdict.UNKNOWN_ORIGIN, anomalies=anomalies)

@@ -24,7 +24,7 @@ from .dialects import (
     spec_for,
 )
 from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly
-from .encoding import BodyDecoder, ContentDecodingError
+from .encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError, must_slice
 from .events import Comment, Frame, Framing, Line, SSEEvent
 from .eventstream import EventMessage
 from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
@@ -41,9 +41,10 @@ __all__ = ["Framing", "StreamTap", "TapOptions"]
 SNIFF_EVENTS = 32
 # Decompressed bytes of one compressed response analysed at most. Real LLM streams decompress
 # to a few MiB to ~20 MiB (a 64k-token Chat answer at ~250 bytes per chunk is ~16 MiB); 64 MiB
-# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand
-# at a few seconds of CPU, spent in short slices between other streams' work. Identity bodies
-# need no budget: their analysis is proportional to the bytes actually received.
+# leaves room for that while capping what a gzip bomb (~1000:1, so ~64 KiB of gzip) can demand:
+# ~3 s of CPU for real events, up to ~30-80 s for the costliest (blank lines, 8-byte events),
+# spent in short slices between other streams' work. Identity bodies need no budget: their
+# analysis is proportional to the bytes actually received.
 DEFAULT_MAX_DECODED_BYTES = 64 * 1024 * 1024
 # Ends at which the bytes stopped by themselves; whether the body was whole is `http_complete`.
 CLEAN_ENDS = {EndReason.END_OF_INPUT, EndReason.UPSTREAM_CLOSED}
@@ -64,6 +65,10 @@ class TapOptions:
     max_decoded_bytes: int = DEFAULT_MAX_DECODED_BYTES
     # Events whose cursor and hash a resumable stream records for the resume ledger (0: none).
     ledger_events: int = 0
+    # An identity read too costly to analyse in one call (`encoding.must_slice`) is only held
+    # by `feed`, none of it analysed there: the caller pumps every slice (the proxy, between
+    # other streams' work).
+    defer_large_reads: bool = False
     strict: bool = False
 
 
@@ -108,8 +113,15 @@ class StreamTap:
         self._direct: (
             tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
         ) = None
+        # The same, also while input is held for later slices.
+        self._fast: (
+            tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None] | None
+        ) = None
         self._decoder: BodyDecoder | None = None
         self.decoded_bytes = 0  # decompressed bytes analysed (compressed bodies only)
+        # (events, type of the last one) complete within the input fed when `mark_fed` was
+        # last called, once the analysis got there; None: not yet, or no mark.
+        self.at_mark: tuple[int, str | None] | None = None
         try:
             self._decoder = BodyDecoder(content_encoding)
         except ContentDecodingError:
@@ -121,47 +133,72 @@ class StreamTap:
         """Account for one upstream chunk. Returns how many content deltas it completed."""
         self.bytes += len(chunk)
         direct = self._direct
-        if direct is not None:
-            # The hot path: plain SSE of a known dialect. Same work as below, fewer calls.
-            sse, assembler, take_block = direct
-            before = assembler.content_deltas
-            try:
-                if take_block is not None:
-                    if sse.ready:
-                        # The usual chunk: one block of a delta, taken without an event.
-                        size = len(chunk)
-                        if size <= sse.max_event_bytes and take_block(chunk, 0, size):
-                            sse.pos += size
-                            self.events += 1
-                            return assembler.content_deltas - before
-                        several = chunk.find(b"\n\n") + 2 < size
-                    else:
-                        # A block began in an earlier chunk (a bulk read ends anywhere): the
-                        # decoder completes it, and the blocks after it can be taken whole.
-                        end = chunk.find(b"\n\n") + 2
-                        several = 2 <= end < len(chunk)
-                        if several:
-                            self.on_frames(sse.feed(chunk[:end]))
-                            chunk = chunk[end:]
-                    if several and sse.ready:
-                        chunk = self._take_blocks(chunk, sse, take_block)
-                        if not chunk:
-                            return assembler.content_deltas - before
-                event = sse.whole_event(chunk)
-                if event is not None:  # the usual chunk: one event, nothing held
-                    if self._recorder is not None:
-                        self._recorder.record(event)
-                    assembler.on_event(event)
-                    self.events += 1
-                    return assembler.content_deltas - before
-                self.on_frames(sse.feed(chunk))
-            except Exception:
-                if self.options.strict:
-                    raise
-                self._go_blind("core_error")
-                return 0
-            return assembler.content_deltas - before
+        if direct is not None and (len(chunk) <= SLICE_BYTES or not must_slice(chunk)):
+            return self._feed_fast(chunk, direct)
+        self._direct = None  # a costly read: analysed a slice at a time, in order
+        decoder = self._decoder
+        if (
+            self.options.defer_large_reads
+            and decoder is not None
+            and decoder.identity
+            and self._blind is None
+            and (decoder.pending or must_slice(chunk))
+        ):
+            decoder.hold(chunk)
+            return 0
         deltas = self._analyse_slice(chunk)
+        self._settle()
+        return deltas
+
+    def _feed_fast(
+        self,
+        chunk: bytes,
+        direct: tuple[SSEDecoder, Assembler, Callable[[bytes, int, int], bool] | None],
+    ) -> int:
+        """Plain SSE of a known dialect, identity: a read as it came (`feed`) or a slice of a
+        costly one (`pump`). Returns the content deltas it completed."""
+        sse, assembler, take_block = direct
+        before = assembler.content_deltas
+        try:
+            if take_block is not None:
+                if sse.ready:
+                    # The usual chunk: one block of a delta, taken without an event.
+                    size = len(chunk)
+                    if size <= sse.max_event_bytes and take_block(chunk, 0, size):
+                        sse.pos += size
+                        self.events += 1
+                        return assembler.content_deltas - before
+                    several = chunk.find(b"\n\n") + 2 < size
+                else:
+                    # A block began in an earlier chunk (a bulk read ends anywhere): the
+                    # decoder completes it, and the blocks after it can be taken whole.
+                    end = chunk.find(b"\n\n") + 2
+                    several = 2 <= end < len(chunk)
+                    if several:
+                        self.on_frames(sse.feed(chunk[:end]))
+                        chunk = chunk[end:]
+                if several and sse.ready:
+                    chunk = self._take_blocks(chunk, sse, take_block)
+                    if not chunk:
+                        return assembler.content_deltas - before
+            event = sse.whole_event(chunk)
+            if event is not None:  # the usual chunk: one event, nothing held
+                if self._recorder is not None:
+                    self._recorder.record(event)
+                assembler.on_event(event)
+                self.events += 1
+                return assembler.content_deltas - before
+            self.on_frames(sse.feed(chunk))
+        except Exception:
+            if self.options.strict:
+                raise
+            self._go_blind("core_error")
+            return 0
+        return assembler.content_deltas - before
+
+    def _settle(self) -> None:
+        """Once the dialect is known: drop the recorder if it cannot resume, and take the fast
+        path for plain SSE (for slices of held input too; for whole reads when none is held)."""
         reader = self._reader
         if (
             self._recorder is not None
@@ -183,8 +220,8 @@ class StreamTap:
                 and self._recorder is None  # a block taken whole builds no event to record
                 else None
             )
-            self._direct = (reader.decoder, assembler, take_block)
-        return deltas
+            self._fast = (reader.decoder, assembler, take_block)
+            self._direct = self._fast if not self._decoder.pending else None
 
     def _take_blocks(
         self, chunk: bytes, sse: SSEDecoder, take_block: Callable[[bytes, int, int], bool]
@@ -207,12 +244,37 @@ class StreamTap:
 
     @property
     def backlog(self) -> bool:
-        """Compressed input received but not yet analysed: call `pump()` (one slice each)."""
+        """Input received but not yet analysed (a compressed body's, or what a read beyond
+        `SLICE_BYTES` brought): call `pump()` (one slice each)."""
         return self._blind is None and self._decoder is not None and self._decoder.pending
 
     def pump(self) -> int:
-        """Analyse one more slice of a compressed body's backlog; returns content deltas."""
-        return self._analyse_slice(b"") if self.backlog else 0
+        """Analyse one more slice of the backlog; returns content deltas."""
+        if not self.backlog:
+            return 0
+        deltas = self._analyse_slice(b"")
+        self._settle()
+        return deltas
+
+    def mark_fed(self) -> bool:
+        """Count the events complete within the input fed so far once the analysis gets there
+        (`at_mark`): True when it has not yet (an identity read held for later slices), False
+        when `events` already counts them (or, compressed, when no byte offset maps to them)."""
+        decoder = self._decoder
+        if self._blind is not None or decoder is None or not decoder.identity:
+            return False
+        if not decoder.pending:
+            return False
+        decoder.mark()
+        self.at_mark = None
+        return True
+
+    def stop_analysis(self) -> None:
+        """Analyse nothing more (the shell stops before the backlog was analysed: a
+        shutdown): the verdict counts `analysis_cut_short` and is not confirmed."""
+        if self._blind is None and self._verdict is None:
+            self._go_blind("analysis_cut_short")
+            self._decoder = None  # its backlog is dropped
 
     def _analyse_slice(self, chunk: bytes) -> int:
         """Decode at most one slice (`encoding.SLICE_BYTES`) of `chunk` plus backlog; analyse it."""
@@ -222,14 +284,25 @@ class StreamTap:
         before = self.assembler.content_deltas if self.assembler else 0
         try:
             piece = decoder.decode(chunk)
+            over = False
             if not decoder.identity:
-                if self.decoded_bytes + len(piece) > self.options.max_decoded_bytes:
-                    self._go_blind("analysis_budget_exceeded")
-                    self._decoder = None  # its backlog is dropped: nothing more is analysed
-                    return 0
+                # Exactly `max_decoded_bytes` are analysed; a byte more stops the analysis.
+                left = self.options.max_decoded_bytes - self.decoded_bytes
+                if len(piece) > left:
+                    piece, over = piece[:left], True
                 self.decoded_bytes += len(piece)
             if piece:
-                self._feed_decoded(piece)
+                fast = self._fast
+                if fast is not None and decoder.identity:
+                    self._feed_fast(piece, fast)
+                else:
+                    self._feed_decoded(piece)
+            if decoder.mark_reached:
+                decoder.mark_reached = False
+                self.at_mark = (self.events, self.assembler.last_event if self.assembler else None)
+            if over:
+                self._go_blind("analysis_budget_exceeded")
+                self._decoder = None  # its backlog is dropped: nothing more is analysed
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
             return 0
@@ -396,7 +469,7 @@ class StreamTap:
     def _go_blind(self, why: str) -> None:
         self.anomalies[why] += 1
         self._blind = why
-        self._direct = None
+        self._direct = self._fast = None
 
     def _finish_framing(self, rest_unseen: bool = False) -> int:
         """Flush the framing; returns the bytes of a discarded unterminated block."""

@@ -104,7 +104,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     finally:
         tap = x.progress.tap
         if tap is not None and tap.backlog:  # after the client's response has ended
-            await analyse_backlog(tap)
+            await analyse_backlog(tap, lambda: state.shutting_down, state.analysis)
         if not x.progress.upgraded:  # a session wrote its own records
             finish(state, x, settings.content_timeout, request.app[LEDGER])
         release(state, x)

@@ -45,6 +45,7 @@ class ClientDelivery:
         "_clock",
         "_events",
         "_last_type",
+        "_marked",
         "_response",
         "_tap",
         "_transport",
@@ -94,6 +95,7 @@ class ClientDelivery:
         self.failed = False
         self._events = 0
         self._last_type: str | None = None
+        self._marked = False  # the tap counts the snapshot's events once it analysed them
 
     def held(self) -> int:
         """Bytes written for the client that its connection has not taken yet."""
@@ -107,6 +109,9 @@ class ClientDelivery:
     def _snapshot(self) -> None:
         tap = self._tap
         if tap is not None:
+            # Analysis may trail the bytes (a large read, analysed a slice at a time): then
+            # the tap counts the events within what was fed so far once it gets there.
+            self._marked = tap.mark_fed()
             self._events = tap.events
             assembler = tap.assembler
             if assembler is not None:
@@ -175,6 +180,8 @@ class ClientDelivery:
         """(whole events the client was sent, the type of the last one)."""
         tap = self._tap
         if self.failed or tap is None:
+            if self._marked and tap is not None and tap.at_mark is not None:
+                return tap.at_mark
             return self._events, self._last_type
         assembler = tap.assembler
         return tap.events, assembler.last_event if assembler is not None else self._last_type

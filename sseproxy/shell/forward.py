@@ -287,6 +287,7 @@ async def relay(
         mark=settings.max_client_held_bytes,
         budget=state.held,
         idle_timeout=settings.idle_timeout,
+        turns=state.analysis,
     )
     relay.upstream = upstream
     waiting.hand_over(upstream, relay)
@@ -325,6 +326,7 @@ def begin(
             settings.max_event_bytes,
             CONTENT_CHARS if settings.keep_content else 0,
             settings.resume_ledger_events if settings.resume_ledger_streams else 0,
+            defer=True,  # the relay pumps large reads through the proxy's analysis turns
         ),
         facts.asked,
     )

@@ -3,12 +3,18 @@ that resumes or re-sends it.
 
 A resume names a cursor: OpenAI Responses `GET /responses/{id}?starting_after=N`, or SSE's
 `Last-Event-ID` (MCP adds `MCP-Session-Id`). It is judged against the original's events by
-`core.resume.link_resume`. A request sent again (same route, method, path and body, within
-the ledger's time) after one that was `interrupted` or `cancelled` is a retry: generated anew,
-never a resume. The original's record is never rewritten; the newer record carries the link.
+`core.resume.link_resume`. A `Last-Event-ID` is linked only to a stream of the same route and
+the same target (the raw path and query as the client sent them, which with the route decide
+what was forwarded), never by its cursor alone: counters like `100` repeat across streams.
+The method is not compared: an MCP stream opened by POST is resumed by GET on its endpoint.
+A request sent again (same route, method, path and body, within the ledger's time) after one
+that was `interrupted` or `cancelled` is a retry: generated anew, never a resume. The
+original's record is never rewritten; the newer record carries the link.
 
 Bounded three ways, all configurable: streams kept (oldest evicted first), seconds kept after
-the end, events per stream (the tap's recorder keeps the last ones).
+the end, events per stream (the tap's recorder keeps the last ones). What one stream costs
+does not grow with what a peer sends: ids are kept as `core.resume.cursor_key`s (at most 40
+characters), the target and the body as 16-byte digests.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ..core.resume import (
     ResumeLink,
     by_event_id,
     by_sequence,
+    cursor_key,
     link_resume,
     shared_prefix_chars,
 )
@@ -63,7 +70,8 @@ class Kept:
     session_id: str | None
     body_key: str | None  # None: too large to be recognised again
     text: str | None  # the answer's first MAX_PREFIX_CHARS code points, when content is kept
-    event_ids: frozenset[str]  # the SSE ids its events carried, for a Last-Event-ID lookup
+    event_ids: frozenset[str]  # the keys of the SSE ids its events carried (`cursor_key`)
+    target: str = ""  # `target_key` of its route's request target, for a Last-Event-ID lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +126,14 @@ def resumption(method: str, path: str, headers: Mapping[str, str]) -> Resumption
             return Resumption(after[0], by_sequence, response_id)
     last_id = headers.get("Last-Event-ID")
     if last_id:
-        return Resumption(last_id, by_event_id)
+        return Resumption(cursor_key(last_id), by_event_id)
     return None
+
+
+def target_key(path: str) -> str:
+    """The identity of a request target (path and query, as sent) in 16 bytes: a stream keeps
+    this, not a target of up to 8 KiB."""
+    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def body_key(method: str, path: str, body: bytes) -> str | None:
@@ -165,16 +179,19 @@ class Ledger:
     def newest(self) -> list[Kept]:
         return list(reversed(self._kept.values()))
 
-    def original_of(self, route: str | None, session: str | None, r: Resumption) -> Kept | None:
+    def original_of(
+        self, route: str | None, session: str | None, r: Resumption, target: str = ""
+    ) -> Kept | None:
         """The newest stream of the same route (and session) that the resume continues: for
         Responses, of the streams of that response (the original and earlier resumes), the
-        newest that holds the cursor, else the newest."""
+        newest that holds the cursor, else the newest; for `Last-Event-ID`, the newest of the
+        same `target` that holds the cursor."""
         if r.response_id is not None:
             same = [k for k in self.newest() if k.route == route and k.response_id == r.response_id]
             holding = (k for k in same if any(r.key(e) == r.cursor for e in k.original.events))
             return next(holding, same[0] if same else None)
         for kept in self.newest():
-            if kept.route != route:
+            if kept.route != route or kept.target != target:
                 continue
             if session is not None and kept.session_id not in (None, session):
                 continue
@@ -197,10 +214,11 @@ class Ledger:
         self.expire(now)
         text = ended.text[:MAX_PREFIX_CHARS] if self.keep_text and ended.text is not None else None
         key = body_key(ended.method, ended.path, ended.body)
+        target = target_key(ended.path)
         links = Links()
         asked = resumption(ended.method, ended.path, ended.headers)
         if asked is not None:
-            kept = self.original_of(ended.route, ended.session_id, asked)
+            kept = self.original_of(ended.route, ended.session_id, asked, target)
             original = kept.original if kept is not None else None
             # From the original's end to this request's start: how long the client waited.
             elapsed = (ended.started - original.ended) * 1000 if original is not None else None
@@ -225,6 +243,7 @@ class Ledger:
                 key,
                 text,
                 ids,
+                target,
             )
         )
         return links

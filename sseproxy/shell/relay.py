@@ -6,8 +6,9 @@ the client pushes back (it holds more than the per-client mark, or the proxy as 
 more than its cap and this client holds any), the upstream is paused; the few chunks that
 still arrive wait in a small pending list, and the relay's task (`run`) waits for the
 client's drain, writes them, and resumes the upstream. The task also carries everything that
-waits: a drill's pauses, stalls and cuts, a compressed body's analysis in slices, and every
-write when the accelerator is off.
+waits: a drill's pauses, stalls and cuts, the analysis in slices of a compressed body or of a
+costly read (the tap analyses one slice per call: the bytes are written first,
+the analysis follows between other streams' work), and every write when the accelerator is off.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from .delivery import ClientDelivery, ContentWatch
 from .errors import Ended
 from .inspector import StreamView
 from .state import Timings
+from .turns import AnalysisTurns
 
-# Slices of a compressed body's backlog analysed after each write (a slice is 128 KiB of
-# decompressed output, ~5-20 ms): enough to keep up with any real stream's expansion.
+# Slices of the tap's backlog analysed after each write before the relay looks for new
+# chunks (a slice is at most 16 KiB, ~1 ms of real events, ~20 ms at worst; one loop turn
+# between each): enough to keep up with any real stream's expansion.
 SLICES_PER_WRITE = 8
 # Compressed input left unanalysed beyond this pauses the upstream until it is analysed
 # rather than held: a bomb's backlog is small, a real stream's never this big.
@@ -163,6 +166,7 @@ class Relay:
         "mark",
         "parts",
         "transform",
+        "turns",
         "upstream",
     )
 
@@ -174,8 +178,10 @@ class Relay:
         mark: int,
         budget: HeldBytes,
         idle_timeout: float,
+        turns: AnalysisTurns | None = None,
     ) -> None:
         self.parts = parts
+        self.turns = turns if turns is not None else AnalysisTurns()
         self.transform = transform
         self.mark = mark
         self.budget = budget
@@ -208,6 +214,9 @@ class Relay:
                 elif self._pressed():
                     self._direct = False
                     self._pause()
+                    self._notify()
+                elif parts.tap.backlog:  # a costly read: the task analyses it in slices
+                    self._direct = False
                     self._notify()
             except Exception as exc:  # a bug of ours: the task raises it, nothing else breaks
                 self._fail(exc)
@@ -246,6 +255,9 @@ class Relay:
                     return self._end
                 if self._paused:
                     await self._relieve()
+                    continue
+                if self.parts.tap.backlog:
+                    await self._analyse()
                     continue
                 # Idle: the next chunks are written from on_body when nothing stands between.
                 self._direct = direct_ok and delivery.started and not self.parts.tap.backlog
@@ -301,6 +313,7 @@ class Relay:
                 if not self._write_now(out, arrived, now):
                     raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
                 if delivery.held() > self.mark:
+                    await self._analyse_while_held(self.mark)
                     await delivery.drain()
                     now = time.monotonic()
                     parts.timings.resumed(now)
@@ -317,9 +330,10 @@ class Relay:
         return now
 
     async def _analyse(self) -> None:
-        """A compressed body is analysed in slices, other streams running between them; a few
-        per batch written keep the analysis close behind the bytes. Chunks that arrive, or the
-        body's end, stop it: the rest waits until the client's response has ended
+        """A backlog (a compressed body, a costly read) is analysed in slices taken
+        through the proxy's AnalysisTurns, other streams running between them; a few per batch
+        written keep the analysis close behind the bytes. Chunks that arrive, or the body's
+        end, stop it: the rest waits until the client's response has ended
         (`analyse_backlog`), so analysis never delays a byte or the end. Only input left
         unanalysed beyond MAX_UNANALYSED_BYTES pauses the upstream until it is analysed."""
         tap = self.parts.tap
@@ -329,9 +343,23 @@ class Relay:
                 self._pause()
             elif slices >= SLICES_PER_WRITE or self._pending or self._end is not None:
                 return
-            await asyncio.sleep(0)
             slices += 1
-            if deltas := tap.pump():
+            if deltas := await self.turns.pump(tap):
+                now = time.monotonic()
+                self._account(now, now, 0, deltas)
+
+    async def _analyse_while_held(self, mark: int, slices: int | None = None) -> None:
+        """The client is not reading: analyse the backlog meanwhile (at most `slices` slices,
+        None: all), a slice at a time, until it is done or the client holds no more than
+        `mark` (then the relay goes on at once), so that a stalled client's stream keeps no
+        unanalysed read."""
+        tap, delivery = self.parts.tap, self.parts.delivery
+        while tap.backlog and delivery.held() >= mark and not delivery.gone():
+            if slices is not None:
+                if slices <= 0:
+                    return
+                slices -= 1
+            if deltas := await self.turns.pump(tap):
                 now = time.monotonic()
                 self._account(now, now, 0, deltas)
 
@@ -344,10 +372,14 @@ class Relay:
                 if delivery.gone():
                     raise Ended(EndReason.CLIENT_DISCONNECTED, "the client's connection closed")
                 if delivery.held() > self.mark // 4:
+                    await self._analyse_while_held(self.mark // 4)
                     await delivery.drain()
                 self._recount()
                 if not self.budget.over() or self._counted == 0:
                     break
+                if self.parts.tap.backlog:  # the wait is the analysis' time
+                    await self._analyse_while_held(0, slices=1)
+                    continue
                 await asyncio.sleep(OVER_CAP_RECHECK_S)
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
@@ -454,13 +486,24 @@ class DrillEnd:
     bytes_after_end = 0
 
 
-async def analyse_backlog(tap: StreamTap | None) -> None:
-    """Analyse what a compressed body still holds, one slice per loop turn, before the verdict
-    (the tap would otherwise do it in one go when closed). A second cancellation (a shutdown
-    cut) stops the waiting; the tap then finishes the rest itself."""
-    try:
-        while tap is not None and tap.backlog:
-            await asyncio.sleep(0)
-            tap.pump()
-    except asyncio.CancelledError:
-        pass
+async def analyse_backlog(
+    tap: StreamTap | None, stopping: Callable[[], bool], turns: AnalysisTurns
+) -> None:
+    """Analyse what the tap still holds, in slices taken through `turns`, before the verdict
+    (the tap would otherwise do it in one go when closed, holding the loop for seconds). A
+    client that leaves cancels its handler: the analysis goes on. Once the proxy is
+    `stopping` (its response has ended: nothing is left to forward), or at a second
+    cancellation, it stops: the tap analyses nothing more and its verdict says
+    `analysis_cut_short`."""
+    cancels = 0
+    while tap is not None and tap.backlog:
+        if stopping():
+            tap.stop_analysis()
+            return
+        try:
+            await turns.pump(tap)
+        except asyncio.CancelledError:
+            cancels += 1
+            if cancels > 1 or stopping():
+                tap.stop_analysis()
+                return

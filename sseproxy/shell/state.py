@@ -27,6 +27,7 @@ from ..redact import Secrets
 from .budget import HeldBytes
 from .delivery import ClientDelivery
 from .inspector import Inspector, StreamView
+from .turns import AnalysisTurns
 from .upstream import UpstreamPool
 
 if TYPE_CHECKING:
@@ -240,6 +241,8 @@ class ProxyState:
     # Upstream messages queued by WebSocket sessions for their clients, against
     # max_ws_held_bytes.
     ws_held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_ws_held_bytes))
+    # The analysis each loop turn may do across all streams (turns.py).
+    analysis: AnalysisTurns = field(default_factory=AnalysisTurns)
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
     sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id

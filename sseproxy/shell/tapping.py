@@ -26,11 +26,17 @@ class ObservedTap(StreamTap):
 
 
 @functools.lru_cache(maxsize=16)
-def tap_options(max_event_bytes: int, content_chars: int, ledger_events: int = 0) -> TapOptions:
+def tap_options(
+    max_event_bytes: int, content_chars: int, ledger_events: int = 0, defer: bool = False
+) -> TapOptions:
     """The settings' options, built once: they are the same for every response (frozen).
-    `ledger_events`: events a resumable stream records for the resume ledger (0: none)."""
+    `ledger_events`: events a resumable stream records for the resume ledger (0: none).
+    `defer`: a costly read (`encoding.must_slice`) is analysed only by pumps (the relay's turns)."""
     return TapOptions(
-        max_event_bytes=max_event_bytes, content_chars=content_chars, ledger_events=ledger_events
+        max_event_bytes=max_event_bytes,
+        content_chars=content_chars,
+        ledger_events=ledger_events,
+        defer_large_reads=defer,
     )
 
 

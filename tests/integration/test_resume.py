@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from sseproxy.core.resume import cursor_key
 from tests.integration.fake_upstream import Close, FakeUpstream, Script, Send, Sleep, WaitFor
 
 SSE = {"Content-Type": "text/event-stream"}
@@ -215,6 +216,46 @@ async def test_last_event_id_reconnects(
     if verdict != "unknown_origin":
         assert link["of"] == original["request_id"]
     assert {k: link[k] for k in detail} == detail
+
+
+async def test_a_last_event_id_is_linked_only_to_a_stream_of_the_same_target(proxy, upstream, logs):
+    """Two streams with the same counters on two targets: a resume of the older one is linked
+    to it, not to the newer stream that also sent id 2; on a third target it is linked to
+    neither (before: to whichever stream of the route last sent the cursor)."""
+    fake, _ = upstream
+    originals = {}
+    for room in ("a", "b"):  # b is the newer one
+        fake.script("/events", Script([Send(sev(1) + sev(2) + sev(3)), Close()], headers=SSE))
+        originals[room] = await call(proxy, logs, "GET", f"/events?room={room}")
+    fake.script("/events", Script([Send(sev(3))], headers=SSE))
+    same = await call(proxy, logs, "GET", "/events?room=a", **{"Last-Event-ID": "2"})
+    assert (same["resume"]["of"], same["resume"]["verdict"]) == (
+        originals["a"]["request_id"],
+        "continuous",
+    )
+    fake.script("/events", Script([Send(sev(3))], headers=SSE))
+    other = await call(proxy, logs, "GET", "/events?room=c", **{"Last-Event-ID": "2"})
+    assert (other["resume"]["of"], other["resume"]["verdict"]) == (None, "unknown_origin")
+
+
+async def test_a_long_last_event_id_is_compared_by_its_digest(proxy, upstream, logs):
+    """Ids beyond 32 characters are kept as digests: the resume still finds its cursor, and
+    the record names the digest, not the id."""
+    fake, _ = upstream
+    long_id = "x" * 4000
+    body = f"id: {long_id}1\ndata: one\n\nid: {long_id}2\ndata: two\n\n".encode()
+    fake.script("/events", Script([Send(body), Close()], headers=SSE))
+    original = await call(proxy, logs, "GET", "/events")
+    third = f"id: {long_id}3\ndata: three\n\n".encode()
+    fake.script("/events", Script([Send(third)], headers=SSE))
+    record = await call(proxy, logs, "GET", "/events", **{"Last-Event-ID": long_id + "1"})
+    link = record["resume"]
+    assert (link["of"], link["verdict"], link["missing"]) == (
+        original["request_id"],
+        "gap",
+        [cursor_key(long_id + "2")],
+    )
+    assert link["cursor"] == cursor_key(long_id + "1") and long_id not in json.dumps(link)
 
 
 async def test_a_reconnect_without_last_event_id_is_a_retry(proxy, upstream, logs):

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sseproxy.core import Dialect, StreamTap
+from sseproxy.core import Dialect, EndReason, StreamTap
 from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
 from sseproxy.core.dialects.gemini import MAX_PATH_DEPTH
-from sseproxy.core.encoding import SLICE_BYTES, BodyDecoder
+from sseproxy.core.encoding import INPUT_BYTES, LINES_PER_READ, SLICE_BYTES, BodyDecoder
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
 from tests.streams import chat_chunk, ndjson, sse
 
@@ -156,6 +156,125 @@ def test_close_analyses_a_backlog_left_unpumped(pump: bool) -> None:
     verdict = tap.close()
     assert verdict.state == "completed"
     assert verdict.text_chars == 1000 * 1000
+
+
+def test_one_call_gives_the_inflater_at_most_input_bytes_of_a_large_read() -> None:
+    """A quarter megabyte of compressed input in one read: what the inflater holds unconsumed (and
+    copies on every call) stays within INPUT_BYTES; the rest waits in the queue (before, the
+    whole read was the inflater's tail, copied again on every one of thousands of calls)."""
+    body = gzip_bomb(256 * MIB, b"\n")
+    assert len(body) > 8 * INPUT_BYTES
+    decoder = BodyDecoder("gzip")
+    out = decoder.decode(body)
+    calls = 1
+    while decoder.pending and calls < 64:
+        assert len(decoder._zlib.unconsumed_tail) <= INPUT_BYTES
+        out = decoder.decode(b"")
+        calls += 1
+    assert len(out) == SLICE_BYTES
+    assert decoder.retained_bytes <= len(body)
+
+
+def test_an_identity_read_is_whole_up_to_a_slice_or_its_lines_and_sliced_beyond() -> None:
+    decoder = BodyDecoder(None)
+    dense = b"\n" * SLICE_BYTES  # a slice of line ends: returned whole
+    assert decoder.decode(dense) is dense and not decoder.pending
+    # Larger than a slice with LINES_PER_READ line ends (CR counts too): whole, uncopied.
+    sparse = (b"x" * 99 + b"\r") * LINES_PER_READ + b"y" * SLICE_BYTES
+    assert decoder.decode(sparse) is sparse and not decoder.pending
+    # One line end more: sliced, in order, held bytes first.
+    costly = b"\n" + sparse
+    assert decoder.decode(costly) == costly[:SLICE_BYTES] and decoder.pending
+    assert decoder.retained_bytes == len(costly) - SLICE_BYTES
+    out = [decoder.decode(b"z")]
+    while decoder.pending:
+        out.append(decoder.decode(b""))
+    assert b"".join(out) == costly[SLICE_BYTES:] + b"z"
+    assert max(map(len, out)) <= SLICE_BYTES
+
+
+TINY = b"data:x\n\n"  # the costliest events a peer can send per byte (each one a JSON error)
+
+
+@pytest.mark.parametrize("dialect", [Dialect.OPENAI_CHAT, None])
+def test_one_large_identity_read_is_analysed_a_slice_per_call(dialect: Dialect | None) -> None:
+    """64 KiB of 8-byte events in one read: one call analyses at most SLICE_BYTES of them
+    (before: all 8,192 in one call), pumps do the rest, and the verdict is the one small
+    reads give."""
+    body = TINY * (64 * 1024 // len(TINY)) + sse(chat_chunk(finish="stop"), "[DONE]")
+    tap = StreamTap(dialect, content_type="text/event-stream", options=TapOptions(strict=True))
+    tap.feed(body[:100])  # the hot path is on: plain SSE of a known dialect
+    tap.feed(body[100:])
+    assert tap.events <= (100 + SLICE_BYTES) // len(TINY)
+    assert tap.backlog
+    pumps = 0
+    while tap.backlog:
+        before = tap.events
+        tap.pump()
+        pumps += 1
+        assert tap.events - before <= SLICE_BYTES // len(TINY) + 1
+    assert pumps >= len(body) // SLICE_BYTES - 1
+    verdict = tap.close(EndReason.UPSTREAM_CLOSED)
+    small = StreamTap(dialect, content_type="text/event-stream", options=TapOptions(strict=True))
+    for i in range(0, len(body), 1000):
+        small.feed(body[i : i + 1000])
+    assert verdict == small.close(EndReason.UPSTREAM_CLOSED)
+    assert verdict.events == 64 * 1024 // len(TINY) + 2
+
+
+def test_the_events_within_what_was_fed_are_counted_when_the_analysis_gets_there() -> None:
+    """A client that got a 64 KiB read and then left: the events within that read are what
+    it was sent, though the analysis had done only a slice of it at the break; the events of
+    the read after it are not counted."""
+    first = TINY * (64 * 1024 // len(TINY))
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
+    tap.feed(first)
+    assert tap.mark_fed()  # analysis trails: the count comes later
+    tap.feed(first + b"data: {}")  # the next read, written to nobody
+    assert tap.at_mark is None
+    tap.close(EndReason.CLIENT_DISCONNECTED, http_complete=None)
+    assert tap.at_mark is not None and tap.at_mark[0] == first.count(b"\n\n")
+    caught_up = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
+    caught_up.feed(TINY * 10)
+    assert not caught_up.mark_fed()  # nothing trails: `events` is the count
+
+
+def test_a_read_of_exactly_a_slice_is_analysed_at_once() -> None:
+    body = (TINY * (SLICE_BYTES // len(TINY) + 1))[:SLICE_BYTES]
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_type="text/event-stream")
+    tap.feed(body)
+    assert not tap.backlog and tap.events == SLICE_BYTES // len(TINY)
+    tap.feed(body + b"\n")  # a byte more: the last slice waits for a pump
+    assert tap.backlog
+
+
+def test_the_decompressed_budget_is_exact() -> None:
+    """`max_decoded_bytes` are analysed, and no byte more: the events within the budget are
+    counted, the one it cuts is not."""
+    body = sse(*[chat_chunk("z" * 100) for _ in range(50)], chat_chunk(finish="stop"), "[DONE]")
+    for budget in (len(body) // 2, len(body) // 2 + 1):
+        options = TapOptions(max_decoded_bytes=budget)
+        tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip", options=options)
+        tap.feed(gzip.compress(body))
+        while tap.backlog:
+            tap.pump()
+        verdict = tap.close()
+        assert tap.decoded_bytes == budget
+        assert verdict.anomalies.get("analysis_budget_exceeded") == 1
+        assert verdict.events == body[:budget].count(b"\n\n")
+
+
+def test_analysis_stopped_by_the_shell_says_it_was_cut_short() -> None:
+    body = sse(*[chat_chunk("w" * 1000) for _ in range(100)], chat_chunk(finish="stop"), "[DONE]")
+    tap = StreamTap(Dialect.OPENAI_CHAT, content_encoding="gzip")
+    tap.feed(gzip.compress(body))
+    assert tap.backlog
+    tap.stop_analysis()
+    assert not tap.backlog
+    verdict = tap.close()
+    assert verdict.anomalies.get("analysis_cut_short") == 1
+    assert verdict.state == "unconfirmed"
+    assert verdict.bytes == len(gzip.compress(body))
 
 
 # -- every index a peer sends is capped ----------------------------------------------------

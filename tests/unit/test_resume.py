@@ -3,7 +3,9 @@ the shell's bounded ledger of ended streams (shell/ledger.py)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from typing import Any
 
 from hypothesis import given
@@ -12,12 +14,17 @@ from hypothesis import strategies as st
 from sseproxy.core import Dialect, EndReason, State, StreamTap, TapOptions
 from sseproxy.core.request import RequestFacts, request_facts
 from sseproxy.core.resume import (
+    ID_DIGEST_BYTES,
+    ID_DIGEST_PREFIX,
+    MAX_EVENT_COST,
+    MAX_KEPT_ID_CHARS,
     MAX_MISSING_LISTED,
     LedgerEvent,
     Original,
     ResumeVerdict,
     by_event_id,
     by_sequence,
+    cursor_key,
     digest,
     link_resume,
     shared_prefix_chars,
@@ -297,3 +304,74 @@ def test_the_wait_before_a_resume_is_from_the_original_end_to_the_resume_start()
     resume = ended("q1", started=11.0, method="GET", headers={"Last-Event-ID": "e2"})
     link = ledger.link(resume, now=20.0).resume
     assert link is not None and link.anomalies == {"reconnect_before_retry": 1}
+
+
+# -- what the ledger keeps of an id: bounded whatever the peer sends -------------------------
+
+
+def test_an_id_is_kept_as_itself_up_to_its_cap_then_as_a_digest() -> None:
+    at_cap = "i" * MAX_KEPT_ID_CHARS
+    assert cursor_key(at_cap) == at_cap
+    one_more, huge = "i" * (MAX_KEPT_ID_CHARS + 1), "i" * (64 * 1024)
+    keys = {cursor_key(one_more), cursor_key(huge), cursor_key(huge[:-1] + "j")}
+    assert len(keys) == 3  # still told apart, each the same size
+    assert {len(k) for k in keys} == {len(ID_DIGEST_PREFIX) + 2 * ID_DIGEST_BYTES}
+    assert not any("iiiiiiiiii" in k for k in keys)  # never the id, nor a piece of it
+    # A kept id that looks like a digest is not taken for one: keys stay one per id.
+    lookalike = ID_DIGEST_PREFIX + "0" * (MAX_KEPT_ID_CHARS - len(ID_DIGEST_PREFIX))
+    assert cursor_key(lookalike) == lookalike and lookalike not in keys
+
+
+HUGE_ID = 64 * 1024
+
+
+def huge_id_stream(tag: str, n: int) -> bytes:
+    """`n` events, each with its own 64 KiB id (distinct in their last characters)."""
+    return b"".join(
+        f"id: {tag * (HUGE_ID - 8)}{k:08d}\ndata: part {k}\n\n".encode() for k in range(n)
+    )
+
+
+def test_events_with_64_kib_ids_are_recorded_and_resumed_by_their_digest() -> None:
+    tap = StreamTap(Dialect.SSE, options=TapOptions(ledger_events=4, strict=True))
+    tap.feed(huge_id_stream("a", 4))
+    tap.close(EndReason.UPSTREAM_CLOSED)
+    kept = tap.ledger()
+    assert all(e.event_id is not None and len(e.event_id) <= 40 for e in kept)
+    ledger = Ledger(LedgerLimits())
+    ledger.link(ended("q0", method="GET", path="/events", events=kept, delivered=2), now=0.0)
+    last_id = "a" * (HUGE_ID - 8) + f"{1:08d}"  # the second event's id, as a header sends it
+    resumed = ended(
+        "q1", method="GET", path="/events", headers={"Last-Event-ID": last_id}, events=kept[2:]
+    )
+    link = ledger.link(resumed, now=1.0).resume
+    assert link is not None and (link.of, link.verdict) == ("q0", ResumeVerdict.CONTINUOUS)
+    assert link.cursor == cursor_key(last_id)  # the record names the key, never 64 KiB
+
+
+def test_a_full_ledger_of_64_kib_ids_stays_within_its_documented_bound() -> None:
+    """Two streams of eight events kept, each event with its own 64 KiB id: at its bound, and
+    one stream more, the ledger holds at most MAX_EVENT_COST a kept event and a little per
+    stream (before, every id whole: 1 MiB here)."""
+    streams, events = 2, 8
+    per_stream = 2048  # the Kept, its Original, the events tuple, the id set's table, keys
+    bound = streams * (events * MAX_EVENT_COST + per_stream)
+    ledger = Ledger(LedgerLimits(streams=streams))
+    held = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for s in range(streams + 1):  # one stream more than the bound
+            tap = StreamTap(Dialect.SSE, options=TapOptions(ledger_events=events, strict=True))
+            tap.feed(huge_id_stream("abc"[s], events))
+            kept = ended(f"q{s}", method="GET", path="/events", body=b"", events=tap.ledger())
+            ledger.link(kept, now=float(s))
+            del tap, kept  # the tap's own id and buffers go: what is left is the ledger's
+            gc.collect()
+            held.append(tracemalloc.get_traced_memory()[0] - baseline)
+    finally:
+        tracemalloc.stop()
+    assert len(ledger) == streams
+    assert held[streams - 1] <= bound  # at the bound
+    assert held[streams] <= bound  # and one stream more: the oldest went
