@@ -56,14 +56,11 @@ class EventRow:
 class _ListingTap(StreamTap):
     """A tap that hands each frame to its assembler one at a time and notes what it saw."""
 
+    fast_paths = False  # they take blocks without frames: every frame is a row here
+
     def __init__(self, owner: EventList, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.owner = owner
-
-    def feed(self, chunk: bytes) -> int:
-        deltas = super().feed(chunk)
-        self._direct = None  # never the fast path: it takes blocks without events
-        return deltas
 
     def counted(self) -> Counter[str]:
         found = Counter(self.anomalies)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .dialects import (
     Assembler,
@@ -73,6 +73,10 @@ class TapOptions:
 
 
 class StreamTap:
+    # Whether the fast paths may run: they take plain SSE blocks (and whole events) without
+    # passing frames through `on_frames`; a tap that watches every frame turns them off.
+    fast_paths: ClassVar[bool] = True
+
     def __init__(
         self,
         dialect: Dialect | None = None,
@@ -207,7 +211,8 @@ class StreamTap:
         ):
             self._recorder = None
         if (
-            type(reader) is SSEReader
+            self.fast_paths
+            and type(reader) is SSEReader
             and self.assembler is not None
             and self._decoder is not None
             and self._decoder.identity
