@@ -30,6 +30,12 @@ LINES_PER_READ = 4096
 # unconsumed (`unconsumed_tail`) on every call, so input given whole would make each call
 # cost as much as the compressed backlog (megabytes) however little it returns.
 INPUT_BYTES = 16 * 1024
+# What a slice costs to analyse is per line, so after a slice denser than LINES_PER_SLICE
+# line ends the next ones shrink to hold about that many (never under MIN_SLICE_BYTES): a body
+# of blank lines (a gzip bomb's favourite) costs ~1 ms a slice, not the ~16 ms of 16 KiB of
+# them, while real events (~250 bytes each) keep whole 16 KiB slices.
+LINES_PER_SLICE = 1024
+MIN_SLICE_BYTES = 1024
 
 
 def must_slice(data: bytes) -> bool:
@@ -72,6 +78,7 @@ class BodyDecoder:
         self.mark_reached = False  # the last slice returned ended at the mark
         self._more = False  # the last slice was full: output may be waiting without new input
         self._spill = b""  # br output beyond the slice, returned by the next call
+        self._slice = SLICE_BYTES  # the next slice's size, by the line density of the last
         if self.encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.encoding == "deflate":
@@ -115,9 +122,9 @@ class BodyDecoder:
                 if not self._input_bytes and not must_slice(data):
                     return data
                 self._hold(data)
-                return self._take(SLICE_BYTES)
+                return self._fit(self._take(self._slice))
             self._hold(data)
-            out = self._take(min(SLICE_BYTES, until))  # a slice never straddles the mark
+            out = self._fit(self._take(min(self._slice, until)))  # never straddles the mark
             self._until_mark = until - len(out)
             self.mark_reached = self._until_mark == 0
             if self.mark_reached:
@@ -125,8 +132,8 @@ class BodyDecoder:
             return out
         try:
             if self._brotli is not None:
-                return self._unbrotli(data)
-            return self._inflate(data)
+                return self._fit(self._unbrotli(data))
+            return self._fit(self._inflate(data))
         except Exception as exc:  # zlib.error, brotli.error: any failure means undecodable
             self._more, self._spill = False, b""
             self._drop_input()
@@ -192,11 +199,11 @@ class BodyDecoder:
         self._hold(data)
         # What the last call left unconsumed first, new input only once it is used up.
         source = inflater.unconsumed_tail or self._take(INPUT_BYTES)
-        out: bytes = inflater.decompress(source, SLICE_BYTES)
+        out: bytes = inflater.decompress(source, self._slice)
         if inflater.eof:
             self._drop_input()
         self._more = bool(inflater.unconsumed_tail) or (
-            len(out) == SLICE_BYTES and not inflater.eof
+            len(out) == self._slice and not inflater.eof
         )
         return out
 
@@ -207,21 +214,31 @@ class BodyDecoder:
         decompressor = self._brotli
         self._hold(data)
         if self._spill:
-            out, self._spill = self._spill[:SLICE_BYTES], self._spill[SLICE_BYTES:]
+            size = self._slice
+            out, self._spill = self._spill[:size], self._spill[size:]
             self._more = True
             return out
         source = b""
         if self._input_bytes and decompressor.can_accept_more_data():
             source = self._take(INPUT_BYTES)
-        out = decompressor.process(source, output_buffer_limit=SLICE_BYTES)
-        if len(out) > SLICE_BYTES:
-            out, self._spill = out[:SLICE_BYTES], out[SLICE_BYTES:]
+        out = decompressor.process(source, output_buffer_limit=self._slice)
+        if len(out) > self._slice:
+            out, self._spill = out[: self._slice], out[self._slice :]
         accepts = decompressor.can_accept_more_data()
         if not (source or out or accepts):
             raise ContentDecodingError("decoder made no progress")
         finished = decompressor.is_finished()
         self._more = bool(self._spill) or not accepts or (bool(out) and not finished)
         return bytes(out)
+
+    def _fit(self, out: bytes) -> bytes:
+        """`out`, after sizing the next slice by its line density (LINES_PER_SLICE)."""
+        lines = out.count(b"\n") + out.count(b"\r")
+        if lines <= LINES_PER_SLICE:
+            self._slice = SLICE_BYTES
+        else:
+            self._slice = max(MIN_SLICE_BYTES, len(out) * LINES_PER_SLICE // lines)
+        return out
 
     def finish(self) -> bool:
         """True when the compressed stream ended where the bytes did."""

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from sseproxy.core import Dialect, EndReason, StreamTap
 from sseproxy.core.dialects.base import MAX_CHOICES, MAX_INDEX, MAX_TOOL_CALLS
 from sseproxy.core.dialects.gemini import MAX_PATH_DEPTH
-from sseproxy.core.encoding import INPUT_BYTES, LINES_PER_READ, SLICE_BYTES, BodyDecoder
+from sseproxy.core.encoding import (
+    INPUT_BYTES,
+    LINES_PER_READ,
+    LINES_PER_SLICE,
+    MIN_SLICE_BYTES,
+    SLICE_BYTES,
+    BodyDecoder,
+)
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
 from tests.streams import chat_chunk, ndjson, sse
 
@@ -171,8 +178,25 @@ def test_one_call_gives_the_inflater_at_most_input_bytes_of_a_large_read() -> No
         assert len(decoder._zlib.unconsumed_tail) <= INPUT_BYTES
         out = decoder.decode(b"")
         calls += 1
-    assert len(out) == SLICE_BYTES
+    assert len(out) == MIN_SLICE_BYTES  # blank lines: slices of LINES_PER_SLICE lines at most
     assert decoder.retained_bytes <= len(body)
+
+
+def test_slices_shrink_to_a_bounded_count_of_lines_and_grow_back() -> None:
+    """The analysis of a slice costs per line: after a slice with more than LINES_PER_SLICE
+    line ends the next holds about that many (never under MIN_SLICE_BYTES); a slice at the
+    bound keeps the next at SLICE_BYTES."""
+    at_bound = (b"x" * (SLICE_BYTES // LINES_PER_SLICE - 1) + b"\n") * LINES_PER_SLICE
+    one_more = b"\n" + at_bound[1:]  # the same size, one line end more
+    sizes = []
+    for body in (at_bound, one_more):
+        decoder = BodyDecoder("gzip")
+        assert decoder.decode(gzip.compress(body + b"y" * SLICE_BYTES)) == body
+        sizes.append(len(decoder.decode(b"")))
+    assert sizes[0] == SLICE_BYTES and sizes[1] < SLICE_BYTES
+    dense = BodyDecoder("gzip")
+    assert len(dense.decode(gzip.compress(b"\n" * 4 * SLICE_BYTES))) == SLICE_BYTES
+    assert len(dense.decode(b"")) == MIN_SLICE_BYTES
 
 
 def test_an_identity_read_is_whole_up_to_a_slice_or_its_lines_and_sliced_beyond() -> None:
