@@ -42,8 +42,11 @@ SLICES_PER_WRITE = 8
 MAX_UNANALYSED_BYTES = 4 * 1024 * 1024
 # The keepalive-stall drill sends keep-alives for at most this long (as `sseproxy mock` does).
 MAX_KEEPALIVE_STALL_S = 3600
-# How often a paused relay looks again while the proxy holds more than its cap.
+# How often a paused relay looks again while the proxy holds more than its cap: first after
+# OVER_CAP_RECHECK_S, then twice as long each time up to OVER_CAP_RECHECK_MAX_S. Hundreds of
+# stalled clients polling every 10 ms kept the loop busy with their wake-ups alone.
 OVER_CAP_RECHECK_S = 0.01
+OVER_CAP_RECHECK_MAX_S = 0.25
 
 
 class Upstream(Protocol):
@@ -367,6 +370,7 @@ class Relay:
         """Paused: wait until the client has taken its bytes (and, while the proxy holds more
         than its cap, until this client holds none), then resume the upstream."""
         delivery = self.parts.delivery
+        recheck = OVER_CAP_RECHECK_S
         try:
             while True:
                 if delivery.gone():
@@ -380,7 +384,8 @@ class Relay:
                 if self.parts.tap.backlog:  # the wait is the analysis' time
                     await self._analyse_while_held(0, slices=1)
                     continue
-                await asyncio.sleep(OVER_CAP_RECHECK_S)
+                await asyncio.sleep(recheck)
+                recheck = min(recheck * 2, OVER_CAP_RECHECK_MAX_S)
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
         now = time.monotonic()
