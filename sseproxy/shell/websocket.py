@@ -82,6 +82,12 @@ MAX_PING_TIMES = 64
 MAX_PINGS_IN_FLIGHT = 64
 # A message's name in the session record (a peer's string: bounded).
 MAX_NAME_CHARS = 100
+# The largest message parsed as JSON and checked as UTF-8 for the judge (and drills): parsing
+# is one call that holds the loop (a 127 MiB message of blanks: about a second). A larger one
+# is relayed and counted, not judged (anomaly `message_not_judged`); the providers' events
+# are far smaller (audio comes in chunks of some KiB).
+MAX_JUDGED_BYTES = 4 * 1024 * 1024
+NOT_JUDGED = "message_not_judged"
 # The session anomaly the shell adds (it sees sessions, the core one at a time).
 RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
@@ -255,7 +261,7 @@ async def session(
     assert state.pool is not None
     try:
         upstream, handshake = await connect(
-            state.pool, url, protocol, wire, settings.connect_timeout, state.ws_held
+            state.pool, url, protocol, wire, settings.connect_timeout, state.ws_held, limit
         )
     except (UpstreamFailed, OSError) as exc:  # OSError: ConnectionError, TimeoutError
         why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__
@@ -500,7 +506,8 @@ def _drilled(state: ProxyState, s: Session, item: Message) -> Sequence[DrillStep
     drill = s.drill
     if drill is not None:
         try:
-            return drill.message(parse_message(item.data), item.data, item.text)
+            obj = parse_message(item.data) if len(item.data) <= MAX_JUDGED_BYTES else None
+            return drill.message(obj, item.data, item.text)
         except Exception:  # a bug in the drill: the session goes on undrilled
             s.drill = None
             safecall(state, "log", lambda: log.exception("session.drill_error"))
@@ -598,6 +605,9 @@ def _judged(
     the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
     s.turn_now = None
     if s.blind:
+        return None
+    if len(data) > MAX_JUDGED_BYTES:
+        s.judge.anomalies[NOT_JUDGED] += 1
         return None
     try:
         obj = parse_message(data)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,7 @@ from typing import cast
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidState, InvalidStatus, PayloadTooBig, ProtocolError
-from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
-from websockets.frames import Frame, Opcode
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
@@ -34,6 +34,7 @@ from .budget import HeldBytes
 from .upstream import UpstreamPool
 from .upstream.parser import ResponseParser
 from .ws_frames import FrameCursor
+from .ws_inflate import DeferredDeflate, DeferredDeflateFactory
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
@@ -108,9 +109,12 @@ class UpstreamSocket(asyncio.Protocol):
     reading pauses while either waits. Parsing is done in bounded turns (MAX_EVENTS_PER_TURN).
     """
 
-    def __init__(self, ws: ClientProtocol, budget: HeldBytes | None = None) -> None:
+    def __init__(
+        self, ws: ClientProtocol, budget: HeldBytes | None = None, max_message: int | None = None
+    ) -> None:
         self.ws = ws
         self.budget = budget
+        self.max_message = max_message  # inflated bytes of one message (websockets: on the wire)
         self.transport: asyncio.Transport | None = None
         self._loop = loop = asyncio.get_running_loop()
         self.handshake: asyncio.Future[Handshake] = loop.create_future()
@@ -127,6 +131,11 @@ class UpstreamSocket(asyncio.Protocol):
         self.most_events = 0  # the most events one callback handled
         self._text = False  # the kind of the message whose frames are arriving
         self._parts: list[bytes] = []
+        self._assembled = 0  # bytes in _parts (counted in `budget`, not in `queued`)
+        self._deflate: DeferredDeflate | None = None  # permessage-deflate, once negotiated
+        self._compressed = False  # the message whose frames are arriving is compressed
+        self._fin = False  # the frame being inflated ends its message
+        self._blocked = False  # waits for room in `budget` to go on assembling a message
         self._head = bytearray()  # the answer's first bytes, until the handshake is done
         self._unfed = bytearray()  # read from the socket, not yet given to the parser
         self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
@@ -158,12 +167,12 @@ class UpstreamSocket(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self._eof = True  # a refusal's body may end with the connection
-        if not self._unfed:
+        if not self._unfed and not self._inflating():
             self._input_ended()
         return None  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._unfed and not self.ended:
+        if (self._unfed or self._inflating()) and not self.ended:
             self._lost_with.append(exc)  # the bytes already read come first
             self._schedule()
             return
@@ -184,10 +193,17 @@ class UpstreamSocket(asyncio.Protocol):
         self.turns += 1
         events = inflated = 0
         unfed = self._unfed
-        while unfed and not self.paused and not self.ended:
+        while (unfed or self._inflating()) and not self.paused and not self.ended:
             if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
                 self._schedule()
                 break
+            if self._assembled and not self._may_grow():
+                break  # `budget` calls back once there is room
+            if self._inflating():
+                inflated += self._inflate(TURN_INFLATED_BYTES - inflated)
+                if self._over():
+                    self.paused = True
+                continue
             n = self._span()
             if n == len(unfed):
                 chunk = bytes(unfed)
@@ -208,9 +224,57 @@ class UpstreamSocket(asyncio.Protocol):
         self._owed = min(inflated // TURN_INFLATED_BYTES, MAX_ITERATIONS_OWED)
         if self.ended:
             unfed.clear()
-        if not unfed:
+        if not unfed and not self._inflating():
             self._input_ended()
         self._flow()
+
+    def _inflating(self) -> bool:
+        deflate = self._deflate
+        return deflate is not None and deflate.inflater.busy
+
+    def _may_grow(self) -> bool:
+        """Whether the message being assembled may grow now: up to the queue's mark always;
+        past it while all sessions together are under their cap, or when this session is the
+        one allowed past the cap (so that one message at a time always completes)."""
+        budget = self.budget
+        if budget is None or self._assembled < MAX_QUEUED_BYTES or not budget.over():
+            return True
+        if budget.holder is None:
+            budget.holder = self
+        if budget.holder is self:
+            return True
+        if not self._blocked:
+            self._blocked = True
+            budget.wait(self._room)
+        return False
+
+    def _room(self) -> None:
+        """`budget` has room again (called from another session's accounting)."""
+        self._blocked = False
+        if not self.ended:
+            self._schedule()
+
+    def _let_go(self) -> None:
+        """This session holds nothing any more: another may assemble past the cap."""
+        budget = self.budget
+        if budget is not None and budget.holder is self:
+            budget.let_go(self)
+
+    def _inflate(self, room: int) -> int:
+        """Inflate up to `room` bytes of the current compressed frame; returns how many."""
+        deflate = self._deflate
+        assert deflate is not None
+        try:
+            data = deflate.inflater.step(room)
+        except zlib.error:
+            deflate.inflater.drop()
+            self._fail(CloseCode.PROTOCOL_ERROR, "decompression failed")
+            return 0
+        if data:
+            self._add(data)
+        if not deflate.inflater.busy and self._fin and not self.ended:
+            self._complete()
+        return len(data)
 
     def _span(self) -> int:
         """How many unparsed bytes to hand websockets next: up to the end of one frame once
@@ -227,7 +291,7 @@ class UpstreamSocket(asyncio.Protocol):
         return n
 
     def _schedule(self) -> None:
-        if self._turn_handle is None and not self.paused:
+        if self._turn_handle is None and not self.paused and not self._blocked:
             self._turn_handle = self._loop.call_soon(self._after, self._owed)
 
     def _after(self, iterations: int) -> None:
@@ -251,7 +315,7 @@ class UpstreamSocket(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        reading = not self.paused and not self._unfed
+        reading = not self.paused and not self._unfed and not self._inflating()
         if reading != self._reading:
             self._reading = reading
             if reading:
@@ -281,9 +345,10 @@ class UpstreamSocket(asyncio.Protocol):
             events += 1
             if isinstance(event, Response):
                 self._answered(event)
-            elif isinstance(event, Frame):
-                size += len(event.data)
-                self._frame(event.opcode, bytes(event.data), event.fin)
+            elif isinstance(event, Frame) and not self._frame(
+                event.opcode, bytes(event.data), event.fin
+            ):
+                size += len(event.data)  # (a compressed frame's bytes count as inflated)
         # What websockets wrote in answer: the echo of a close, the close of a failure; never
         # its own pong (the client's travels instead).
         self._write([w for w in ws.data_to_send() if w[:1] != bytes((_PONG,))])
@@ -308,6 +373,9 @@ class UpstreamSocket(asyncio.Protocol):
         ]
         if exc is None:
             self._cursor = FrameCursor()  # the head ended exactly here: frames from now on
+            for extension in self.ws.extensions:
+                if isinstance(extension, DeferredDeflate):
+                    self._deflate = extension
             names = [str(e.name) for e in self.ws.extensions]
             self._answer(Handshake(101, headers, self.ws.subprotocol, names))
         else:
@@ -327,26 +395,73 @@ class UpstreamSocket(asyncio.Protocol):
             self.handshake.set_exception(ConnectionError(f"invalid upgrade answer: {why}"[:300]))
         self._lost(None)
 
-    def _frame(self, opcode: Opcode, data: bytes, fin: bool) -> None:
+    def _frame(self, opcode: Opcode, data: bytes, fin: bool) -> bool:
+        """One frame parsed; True when its payload is compressed (inflated by later turns)."""
+        deflate = self._deflate
         if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-            self._text, self._parts = opcode is Opcode.TEXT, [data]
+            self._text = opcode is Opcode.TEXT
+            self._compressed = deflate is not None and deflate.compressed.popleft()
+            first = True
         elif opcode is Opcode.CONT:
-            self._parts.append(data)  # websockets bounds the whole message (`max_size`)
+            first = False  # websockets bounds the message on the wire (`max_size`)
         elif opcode is Opcode.PING:
             self._push(Control("ping", data))
-            return
+            return False
         elif opcode is Opcode.PONG:
             self._push(Control("pong", data))
-            return
+            return False
         else:  # the close frame, parsed by websockets
             close = self.ws.close_rcvd
             code = None if close is None or close.code == 1005 else close.code
             self._push(Control("close", b"", code, close.reason if close else ""))
+            return False
+        if self._compressed and deflate is not None:
+            deflate.inflater.start(data, first, fin)
+            self._fin = fin
+            return True
+        if data or fin:
+            self._add(data)
+        if fin and not self.ended:
+            self._complete()
+        return False
+
+    def _add(self, data: bytes) -> None:
+        """Part of the message being assembled; one over `max_message` ends the session."""
+        self._parts.append(data)
+        self._assembled += len(data)
+        if self.budget is not None and not self._released:
+            self.budget.change(len(data))
+        if self.max_message is not None and self._assembled > self.max_message:
+            self._fail(CloseCode.MESSAGE_TOO_BIG, f"over size limit ({self.max_message} bytes)")
+
+    def _complete(self) -> None:
+        parts, assembled = self._parts, self._assembled
+        self._parts, self._assembled = [], 0
+        message = parts[0] if len(parts) == 1 else b"".join(parts)
+        del parts
+        if self.budget is not None and not self._released:
+            self.budget.change(-assembled)
+        self._push(Message(self._text, message))
+
+    def _fail(self, code: CloseCode, reason: str) -> None:
+        """The upstream sent what ends the session: it hears why (a close frame), the relay
+        sees the end (1009 to the client for a message over the limit)."""
+        if self.ended:
             return
-        if fin:
-            message = b"".join(self._parts)
-            self._parts = []
-            self._push(Message(self._text, message))
+        self.ws.fail(code, reason)
+        self._write([w for w in self.ws.data_to_send() if w[:1] != bytes((_PONG,))])
+        self.too_big = code == CloseCode.MESSAGE_TOO_BIG
+        self._drop_message()
+        self._lost(None)
+        if self.transport is not None:
+            self.transport.close()  # after the close frame is written
+
+    def _drop_message(self) -> None:
+        if self._deflate is not None:
+            self._deflate.inflater.drop()
+        if self._assembled and self.budget is not None and not self._released:
+            self.budget.change(-self._assembled)
+        self._parts, self._assembled = [], 0
 
     def _answer(self, handshake: Handshake) -> None:
         self._head = bytearray()
@@ -368,6 +483,7 @@ class UpstreamSocket(asyncio.Protocol):
             return
         self.ended = True
         self._unfed.clear()
+        self._drop_message()
         if not self.handshake.done():
             self.handshake.set_exception(
                 ConnectionError(f"upstream closed during the handshake: {exc!r}"[:300])
@@ -390,6 +506,8 @@ class UpstreamSocket(asyncio.Protocol):
         written to the client meanwhile). Lets other tasks run every ITEMS_PER_YIELD items
         taken without waiting."""
         self._take(0)  # the previous one was written
+        if not self.queued and not self._assembled:
+            self._let_go()
         if self._taken >= ITEMS_PER_YIELD:
             self._taken = 0
             await asyncio.sleep(0)
@@ -448,9 +566,11 @@ class UpstreamSocket(asyncio.Protocol):
 
     def release(self) -> None:
         if not self._released:
+            self._drop_message()
             self._released = True
             if self.budget is not None:
                 self.budget.change(-self.queued - self.in_flight)
+            self._let_go()
 
 
 def _size(item: Item) -> int:
@@ -477,7 +597,7 @@ def upgrade(
         # only the host and port matter here: the target is written as the client sent it
         parse_uri(str(url.origin().with_scheme(scheme))),
         subprotocols=[Subprotocol(p) for p in subprotocols] or None,
-        extensions=[ClientPerMessageDeflateFactory()] if deflate else None,
+        extensions=[DeferredDeflateFactory()] if deflate else None,
         max_size=max_message,
         logger=_LOG,
     )
@@ -495,12 +615,13 @@ async def connect(
     request: bytes,
     timeout: float,
     budget: HeldBytes | None = None,
+    max_message: int | None = None,
 ) -> tuple[UpstreamSocket, Handshake]:
     """Connect (the pool's way: egress proxy, TLS, within its connect timeout), send the
     upgrade, and wait for the answer (101 or not) within `timeout`. Raises UpstreamFailed when
     no connection opened, ConnectionError for an answer that is no upgrade nor a refusal.
     `budget`: the proxy's count of bytes held by sessions, this one's queue included."""
-    sock = await pool.open_socket(lambda: UpstreamSocket(ws, budget), url)
+    sock = await pool.open_socket(lambda: UpstreamSocket(ws, budget, max_message), url)
     try:
         async with asyncio.timeout(timeout):
             assert sock.transport is not None
