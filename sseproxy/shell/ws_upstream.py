@@ -55,6 +55,9 @@ SLICE_BYTES = 4096
 # one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
 # check or another session needs a few iterations, and gets them between two such messages.
 MAX_ITERATIONS_OWED = 256
+# A message assembled from parts totalling this much or more is joined in a thread (bytes.join
+# lets other threads run while it copies): joining 128 MiB holds the loop for about 0.1 s.
+JOIN_IN_THREAD = 1024 * 1024
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
 ITEMS_PER_YIELD = 64
@@ -136,6 +139,7 @@ class UpstreamSocket(asyncio.Protocol):
         self._compressed = False  # the message whose frames are arriving is compressed
         self._fin = False  # the frame being inflated ends its message
         self._blocked = False  # waits for room in `budget` to go on assembling a message
+        self._joining = False  # a large message is being joined in a thread: parsing waits
         self._head = bytearray()  # the answer's first bytes, until the handshake is done
         self._unfed = bytearray()  # read from the socket, not yet given to the parser
         self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
@@ -167,12 +171,12 @@ class UpstreamSocket(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self._eof = True  # a refusal's body may end with the connection
-        if not self._unfed and not self._inflating():
+        if not self._pending():
             self._input_ended()
         return None  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if (self._unfed or self._inflating()) and not self.ended:
+        if self._pending() and not self.ended:
             self._lost_with.append(exc)  # the bytes already read come first
             self._schedule()
             return
@@ -194,6 +198,8 @@ class UpstreamSocket(asyncio.Protocol):
         events = inflated = 0
         unfed = self._unfed
         while (unfed or self._inflating()) and not self.paused and not self.ended:
+            if self._joining:
+                break  # `_joined` goes on
             if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
                 self._schedule()
                 break
@@ -224,9 +230,13 @@ class UpstreamSocket(asyncio.Protocol):
         self._owed = min(inflated // TURN_INFLATED_BYTES, MAX_ITERATIONS_OWED)
         if self.ended:
             unfed.clear()
-        if not unfed and not self._inflating():
+        if not self._pending():
             self._input_ended()
         self._flow()
+
+    def _pending(self) -> bool:
+        """Read bytes are not all handled yet (parsed, inflated, joined)."""
+        return bool(self._unfed) or self._inflating() or self._joining
 
     def _inflating(self) -> bool:
         deflate = self._deflate
@@ -291,7 +301,7 @@ class UpstreamSocket(asyncio.Protocol):
         return n
 
     def _schedule(self) -> None:
-        if self._turn_handle is None and not self.paused and not self._blocked:
+        if self._turn_handle is None and not (self.paused or self._blocked or self._joining):
             self._turn_handle = self._loop.call_soon(self._after, self._owed)
 
     def _after(self, iterations: int) -> None:
@@ -315,7 +325,7 @@ class UpstreamSocket(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        reading = not self.paused and not self._unfed and not self._inflating()
+        reading = not self.paused and not self._pending()
         if reading != self._reading:
             self._reading = reading
             if reading:
@@ -435,10 +445,29 @@ class UpstreamSocket(asyncio.Protocol):
             self._fail(CloseCode.MESSAGE_TOO_BIG, f"over size limit ({self.max_message} bytes)")
 
     def _complete(self) -> None:
-        parts, assembled = self._parts, self._assembled
+        parts = self._parts
+        if len(parts) > 1 and self._assembled >= JOIN_IN_THREAD:
+            self._joining = True
+            joined = self._loop.run_in_executor(None, b"".join, parts)
+            joined.add_done_callback(self._joined)
+            return
+        self._queue(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _joined(self, joined: asyncio.Future[bytes]) -> None:
+        self._joining = False
+        if self.ended or joined.cancelled():
+            return
+        self._queue(joined.result())
+        if self._pending():
+            self._schedule()
+        else:
+            self._input_ended()
+        self._flow()
+
+    def _queue(self, message: bytes) -> None:
+        """The message assembled: from now on it counts in the queue."""
+        assembled = self._assembled
         self._parts, self._assembled = [], 0
-        message = parts[0] if len(parts) == 1 else b"".join(parts)
-        del parts
         if self.budget is not None and not self._released:
             self.budget.change(-assembled)
         self._push(Message(self._text, message))
