@@ -197,16 +197,24 @@ class UpstreamSocket(asyncio.Protocol):
         self.turns += 1
         events = inflated = 0
         unfed = self._unfed
+        share = self.budget.share if self.budget is not None else None
         while (unfed or self._inflating()) and not self.paused and not self.ended:
             if self._joining:
                 break  # `_joined` goes on
-            if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
+            if (
+                events >= MAX_EVENTS_PER_TURN
+                or inflated >= TURN_INFLATED_BYTES
+                or (share is not None and share.spent_out())
+            ):
                 self._schedule()
                 break
             if self._assembled and not self._may_grow():
                 break  # `budget` calls back once there is room
             if self._inflating():
-                inflated += self._inflate(TURN_INFLATED_BYTES - inflated)
+                step = self._inflate(TURN_INFLATED_BYTES - inflated)
+                inflated += step
+                if share is not None:
+                    share.spend(step)
                 if self._over():
                     self.paused = True
                 continue
@@ -224,6 +232,8 @@ class UpstreamSocket(asyncio.Protocol):
             handled, size = self._received()
             events += handled
             inflated += size
+            if share is not None:
+                share.spend(size + handled * ITEM_OVERHEAD)
             if self._over():
                 self.paused = True
         self.most_events = max(self.most_events, events)
@@ -544,9 +554,16 @@ class UpstreamSocket(asyncio.Protocol):
             self._taken = 0
             self.ready.clear()
             await self.ready.wait()
+        share = self.budget.share if self.budget is not None else None
+        if share is not None:
+            while share.spent_out():  # the sessions' work in this loop iteration is done
+                self._taken = 0
+                await asyncio.sleep(0)
         self._taken += 1
         item = self.items.popleft()
         size = _size(item)
+        if share is not None:
+            share.spend(size)
         self._count(-size)
         self._take(size)
         if self.paused and self._has_room():
