@@ -352,7 +352,9 @@ class UpstreamSocket(asyncio.Protocol):
     def _has_room(self) -> bool:
         queued, budget = self.queued, self.budget
         if budget is not None and budget.over():
-            return queued == 0
+            # past the cap a session reads on only once its client took everything, the
+            # message being written included: a client that stopped reading pins one message
+            return queued == 0 and self.in_flight == 0
         return queued <= MAX_QUEUED_BYTES // 2
 
     # -- events -----------------------------------------------------------------------------
@@ -547,6 +549,7 @@ class UpstreamSocket(asyncio.Protocol):
         self._take(0)  # the previous one was written
         if not self.queued and not self._assembled:
             self._let_go()
+        self._resume()
         if self._taken >= ITEMS_PER_YIELD:
             self._taken = 0
             await asyncio.sleep(0)
@@ -566,12 +569,15 @@ class UpstreamSocket(asyncio.Protocol):
             share.spend(size)
         self._count(-size)
         self._take(size)
+        self._resume()
+        return item
+
+    def _resume(self) -> None:
         if self.paused and self._has_room():
             self.paused = False
-            if self._unfed:
+            if self._pending():
                 self._schedule()  # the rest of the last read first, then the socket again
             self._flow()
-        return item
 
     def _take(self, size: int) -> None:
         """Count `size` bytes as the item the relay is writing (in `budget` only)."""
