@@ -54,7 +54,7 @@ from .state import Answerer, Exchange, Progress, ProxyState, Timings, new_reques
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, UpstreamFailed, forwardable, upstream_url
 from .ws_capture import Direction, Kind
-from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, upgrade
+from .ws_upstream import Control, Handshake, Item, Message, UpstreamSocket, connect, upgrade
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -440,7 +440,9 @@ async def _from_upstream(
     state: ProxyState,
     x: Exchange,
 ) -> None:
+    item: Item = None
     while True:
+        item = None  # (the last message is not kept while the next is awaited)
         if s.closed_by is not None and s.closed_by != "upstream":
             try:  # the client (or the proxy) closed: the upstream's answer ends the session
                 async with asyncio.timeout(CLOSE_TIMEOUT):
@@ -451,21 +453,8 @@ async def _from_upstream(
             item = await up.next()
         now = time.monotonic()
         if isinstance(item, Message):
-            _count(s, "upstream", len(item.data))
-            for step in _drilled(state, s, item):
-                if isinstance(step, End):
-                    await _drill_end(request, ws, up, s, step)
-                    return
-                name = _judged(state, x, s, "upstream", step.data, now, step.text)
-                side = Kind.TEXT if step.text else Kind.BINARY
-                ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
-                if s.closed_by is None:
-                    _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
-                    await ws.send_frame(
-                        step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
-                    )
-                    s.client_wait += time.monotonic() - now
-                    s.last_message_delivered = name
+            if await _upstream_message(request, ws, up, s, state, x, item, now):
+                return
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
             ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PING, item.payload, now)
@@ -499,6 +488,34 @@ async def _from_upstream(
                 if transport is not None:
                     transport.abort()  # mirrored: the client sees no close frame either
             return
+
+
+async def _upstream_message(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    up: UpstreamSocket,
+    s: Session,
+    state: ProxyState,
+    x: Exchange,
+    item: Message,
+    now: float,
+) -> bool:
+    """Relay one upstream message (a drill may change it); True when a drill ended the
+    session. Its own function so that nothing refers to the message once it was written."""
+    _count(s, "upstream", len(item.data))
+    for step in _drilled(state, s, item):
+        if isinstance(step, End):
+            await _drill_end(request, ws, up, s, step)
+            return True
+        name = _judged(state, x, s, "upstream", step.data, now, step.text)
+        side = Kind.TEXT if step.text else Kind.BINARY
+        ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
+        if s.closed_by is None:
+            _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
+            await ws.send_frame(step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY)
+            s.client_wait += time.monotonic() - now
+            s.last_message_delivered = name
+    return False
 
 
 def _drilled(state: ProxyState, s: Session, item: Message) -> Sequence[DrillStep]:

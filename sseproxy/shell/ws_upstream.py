@@ -61,6 +61,7 @@ JOIN_IN_THREAD = 1024 * 1024
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
 ITEMS_PER_YIELD = 64
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 # The first byte of a pong frame (FIN, opcode 0xA): how websockets' own pong is told apart.
 _PONG = 0x8A
 # Bytes of the answer to the upgrade kept while it is read: a refusal whose body websockets
@@ -367,10 +368,14 @@ class UpstreamSocket(asyncio.Protocol):
             events += 1
             if isinstance(event, Response):
                 self._answered(event)
-            elif isinstance(event, Frame) and not self._frame(
-                event.opcode, bytes(event.data), event.fin
-            ):
-                size += len(event.data)  # (a compressed frame's bytes count as inflated)
+            elif isinstance(event, Frame):
+                data = event.data
+                if not self._frame(event.opcode, bytes(data), event.fin):
+                    size += len(data)  # (a compressed frame's bytes count as inflated)
+                if isinstance(data, bytearray) and event.opcode in _DATA:
+                    # websockets' parser keeps its last frame until the next one is read: the
+                    # copy above is what the proxy holds, not this one as well
+                    data.clear()
         # What websockets wrote in answer: the echo of a close, the close of a failure; never
         # its own pong (the client's travels instead).
         self._write([w for w in ws.data_to_send() if w[:1] != bytes((_PONG,))])
