@@ -686,3 +686,23 @@ async def test_a_message_over_the_judged_size_is_relayed_and_not_parsed(
     assert record["anomalies"].get("message_not_judged", 0) == extra
     assert record["turns"] == 1 - extra
     assert record["bytes"]["upstream"] == len(message)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_sessions_together_handle_their_share_per_loop_iteration_then_wait(
+    extra: int,
+) -> None:
+    k, payload = 4, 100
+    budget = HeldBytes(cap=1 << 40, share=k * (payload + ITEM_OVERHEAD) + extra)
+    (a, _), (b, _) = await opened(budget=budget), await opened(budget=budget)
+    await asyncio.sleep(0)  # a new loop iteration: nothing spent yet
+    a.data_received(frame(0x2, b"a" * payload) * (2 * k))
+    b.data_received(frame(0x2, b"b"))
+    # the share spent at its value; one byte more, one more frame in the same iteration
+    assert len(a.items) == k + extra
+    assert not b.items  # another session's turn waits for the next iteration
+    await settle(a)
+    await settle(b)
+    assert len(a.items) == 2 * k and len(b.items) == 1
+    a.abort()
+    b.abort()
