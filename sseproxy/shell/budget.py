@@ -21,7 +21,7 @@ class HeldBytes:
 
     __slots__ = ("cap", "holder", "peak", "share", "total", "waiting")
 
-    def __init__(self, cap: int, share: int = 1024 * 1024) -> None:
+    def __init__(self, cap: int, share: int = 256 * 1024) -> None:
         self.cap = cap
         self.share = LoopShare(share)  # WebSocket work per loop iteration, all sessions
         self.total = 0
