@@ -464,10 +464,14 @@ class UpstreamSocket(asyncio.Protocol):
     def _complete(self) -> None:
         parts = self._parts
         if len(parts) > 1 and self._assembled >= JOIN_IN_THREAD:
-            self._joining = True
-            joined = self._loop.run_in_executor(None, b"".join, parts)
-            joined.add_done_callback(self._joined)
-            return
+            try:
+                joined = self._loop.run_in_executor(None, b"".join, parts)
+            except RuntimeError:  # the loop's executor is shut down (the proxy is stopping)
+                pass
+            else:
+                self._joining = True
+                joined.add_done_callback(self._joined)
+                return
         self._queue(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def _joined(self, joined: asyncio.Future[bytes]) -> None:
