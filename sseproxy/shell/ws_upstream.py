@@ -4,12 +4,13 @@ protocol on top.
 
 websockets because the relay is exact per message: a text frame's payload is handed over as its
 bytes, never checked as UTF-8 (invalid UTF-8 is the peers' business); `max_size` bounds a whole
-message across its frames, and after inflating (its permessage-deflate decoder stops at the
-limit). A non-101 answer keeps its status, headers and body (up to websockets' 1 MiB body bound;
-a longer body is dropped, its status and headers kept). Two things the proxy does
-itself: it writes the request head (header values keep the bytes aiohttp read, which need not
-be UTF-8), and it drops the pong websockets makes for each ping, because pings and pongs travel
-end to end.
+message across its frames on the wire. permessage-deflate is negotiated by websockets and
+inflated here (`ws_inflate`), in bounded steps, up to `max_message` bytes per message. A
+non-101 answer keeps its status, headers and body (up to websockets' 1 MiB body bound; a
+longer body is dropped, its status and headers kept). Two things the proxy does itself: it
+writes the request head (header values keep the bytes aiohttp read, which need not be UTF-8),
+and it drops the pong websockets makes for each ping, because pings and pongs travel end to
+end.
 """
 
 from __future__ import annotations
@@ -45,15 +46,14 @@ ITEM_OVERHEAD = 128
 # The work done in one loop callback for the upstream (fairness: one peer never holds the
 # loop): websockets' parser is handed one frame at a time (`FrameCursor`), and a callback
 # stops after MAX_EVENTS_PER_TURN frames or once TURN_INFLATED_BYTES of message data came out
-# (one inflated message may be larger, within max_ws_message_bytes). The rest of the read
+# (a compressed frame is inflated over as many turns as it takes). The rest of the read
 # waits, the socket paused, for a later loop iteration. The answer to the upgrade (and a
 # refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end.
 MAX_EVENTS_PER_TURN = 256
 TURN_INFLATED_BYTES = 1024 * 1024
 SLICE_BYTES = 4096
-# A turn that inflated a large message (one may take a good part of a second at 128 MiB) lets
-# one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
-# check or another session needs a few iterations, and gets them between two such messages.
+# A turn that handled TURN_INFLATED_BYTES lets one loop iteration per TURN_INFLATED_BYTES pass
+# before the next, up to this many: a health check or another session needs a few iterations.
 MAX_ITERATIONS_OWED = 256
 # A message assembled from parts totalling this much or more is joined in a thread (bytes.join
 # lets other threads run while it copies): joining 128 MiB holds the loop for about 0.1 s.
