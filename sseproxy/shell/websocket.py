@@ -54,7 +54,7 @@ from .state import Answerer, Exchange, Progress, ProxyState, Timings, new_reques
 from .tapping import open_tap, tap_options
 from .upstream import HOP_BY_HOP, REQUEST_DROP, UpstreamFailed, forwardable, upstream_url
 from .ws_capture import Direction, Kind
-from .ws_upstream import Control, Handshake, Message, UpstreamSocket, connect, upgrade
+from .ws_upstream import Control, Handshake, Item, Message, UpstreamSocket, connect, upgrade
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -82,6 +82,12 @@ MAX_PING_TIMES = 64
 MAX_PINGS_IN_FLIGHT = 64
 # A message's name in the session record (a peer's string: bounded).
 MAX_NAME_CHARS = 100
+# The largest message parsed as JSON and checked as UTF-8 for the judge (and drills): parsing
+# is one call that holds the loop (a 127 MiB message of blanks: about a second). A larger one
+# is relayed and counted, not judged (anomaly `message_not_judged`); the providers' events
+# are far smaller (audio comes in chunks of some KiB).
+MAX_JUDGED_BYTES = 4 * 1024 * 1024
+NOT_JUDGED = "message_not_judged"
 # The session anomaly the shell adds (it sees sessions, the core one at a time).
 RECONNECT_LOOP = "reconnect_loop"
 # The subprotocol OpenAI's browser clients carry their key in.
@@ -255,7 +261,7 @@ async def session(
     assert state.pool is not None
     try:
         upstream, handshake = await connect(
-            state.pool, url, protocol, wire, settings.connect_timeout, state.ws_held
+            state.pool, url, protocol, wire, settings.connect_timeout, state.ws_held, limit
         )
     except (UpstreamFailed, OSError) as exc:  # OSError: ConnectionError, TimeoutError
         why = (exc.cause if isinstance(exc, UpstreamFailed) else str(exc)) or type(exc).__name__
@@ -434,7 +440,9 @@ async def _from_upstream(
     state: ProxyState,
     x: Exchange,
 ) -> None:
+    item: Item = None
     while True:
+        item = None  # (the last message is not kept while the next is awaited)
         if s.closed_by is not None and s.closed_by != "upstream":
             try:  # the client (or the proxy) closed: the upstream's answer ends the session
                 async with asyncio.timeout(CLOSE_TIMEOUT):
@@ -445,21 +453,8 @@ async def _from_upstream(
             item = await up.next()
         now = time.monotonic()
         if isinstance(item, Message):
-            _count(s, "upstream", len(item.data))
-            for step in _drilled(state, s, item):
-                if isinstance(step, End):
-                    await _drill_end(request, ws, up, s, step)
-                    return
-                name = _judged(state, x, s, "upstream", step.data, now, step.text)
-                side = Kind.TEXT if step.text else Kind.BINARY
-                ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
-                if s.closed_by is None:
-                    _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
-                    await ws.send_frame(
-                        step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY
-                    )
-                    s.client_wait += time.monotonic() - now
-                    s.last_message_delivered = name
+            if await _upstream_message(request, ws, up, s, state, x, item, now):
+                return
         elif isinstance(item, Control) and item.kind == "ping":
             s.ping("u", item.payload, now)
             ws_capture.note(state, s.capture, Direction.UPSTREAM, Kind.PING, item.payload, now)
@@ -495,12 +490,41 @@ async def _from_upstream(
             return
 
 
+async def _upstream_message(
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    up: UpstreamSocket,
+    s: Session,
+    state: ProxyState,
+    x: Exchange,
+    item: Message,
+    now: float,
+) -> bool:
+    """Relay one upstream message (a drill may change it); True when a drill ended the
+    session. Its own function so that nothing refers to the message once it was written."""
+    _count(s, "upstream", len(item.data))
+    for step in _drilled(state, s, item):
+        if isinstance(step, End):
+            await _drill_end(request, ws, up, s, step)
+            return True
+        name = _judged(state, x, s, "upstream", step.data, now, step.text)
+        side = Kind.TEXT if step.text else Kind.BINARY
+        ws_capture.note(state, s.capture, Direction.UPSTREAM, side, step.data, now, name)
+        if s.closed_by is None:
+            _seen(state, s, Direction.UPSTREAM, side, step.data, name, now)
+            await ws.send_frame(step.data, WSMsgType.TEXT if step.text else WSMsgType.BINARY)
+            s.client_wait += time.monotonic() - now
+            s.last_message_delivered = name
+    return False
+
+
 def _drilled(state: ProxyState, s: Session, item: Message) -> Sequence[DrillStep]:
     """What the client gets for `item`: itself, unless a drill says otherwise."""
     drill = s.drill
     if drill is not None:
         try:
-            return drill.message(parse_message(item.data), item.data, item.text)
+            obj = parse_message(item.data) if len(item.data) <= MAX_JUDGED_BYTES else None
+            return drill.message(obj, item.data, item.text)
         except Exception:  # a bug in the drill: the session goes on undrilled
             s.drill = None
             safecall(state, "log", lambda: log.exception("session.drill_error"))
@@ -598,6 +622,9 @@ def _judged(
     the message's name for `last_message_delivered`: its `type`, or its first key (Gemini)."""
     s.turn_now = None
     if s.blind:
+        return None
+    if len(data) > MAX_JUDGED_BYTES:
+        s.judge.anomalies[NOT_JUDGED] += 1
         return None
     try:
         obj = parse_message(data)

@@ -4,18 +4,20 @@ protocol on top.
 
 websockets because the relay is exact per message: a text frame's payload is handed over as its
 bytes, never checked as UTF-8 (invalid UTF-8 is the peers' business); `max_size` bounds a whole
-message across its frames, and after inflating (its permessage-deflate decoder stops at the
-limit). A non-101 answer keeps its status, headers and body (up to websockets' 1 MiB body bound;
-a longer body is dropped, its status and headers kept). Two things the proxy does
-itself: it writes the request head (header values keep the bytes aiohttp read, which need not
-be UTF-8), and it drops the pong websockets makes for each ping, because pings and pongs travel
-end to end.
+message across its frames on the wire. permessage-deflate is negotiated by websockets and
+inflated here (`ws_inflate`), in bounded steps, up to `max_message` bytes per message. A
+non-101 answer keeps its status, headers and body (up to websockets' 1 MiB body bound; a
+longer body is dropped, its status and headers kept). Two things the proxy does itself: it
+writes the request head (header values keep the bytes aiohttp read, which need not be UTF-8),
+and it drops the pong websockets makes for each ping, because pings and pongs travel end to
+end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +25,7 @@ from typing import cast
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidState, InvalidStatus, PayloadTooBig, ProtocolError
-from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
-from websockets.frames import Frame, Opcode
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
@@ -34,6 +35,7 @@ from .budget import HeldBytes
 from .upstream import UpstreamPool
 from .upstream.parser import ResponseParser
 from .ws_frames import FrameCursor
+from .ws_inflate import DeferredDeflate, DeferredDeflateFactory
 
 # Bytes of upstream events queued for the client before the proxy stops reading the
 # upstream (back-pressure; the TCP window does the rest). One message may be larger: it is
@@ -44,7 +46,7 @@ ITEM_OVERHEAD = 128
 # The work done in one loop callback for the upstream (fairness: one peer never holds the
 # loop): websockets' parser is handed one frame at a time (`FrameCursor`), and a callback
 # stops after MAX_EVENTS_PER_TURN frames or once TURN_INFLATED_BYTES of message data came out
-# (one inflated message may be larger, within max_ws_message_bytes). The rest of the read
+# (a compressed frame is inflated over as many turns as it takes). The rest of the read
 # waits, the socket paused, for a later loop iteration. The answer to the upgrade (and a
 # refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end. 64
 # frames (and 16 relayed items between yields) keep a loop turn near a millisecond: with 256
@@ -52,13 +54,16 @@ ITEM_OVERHEAD = 128
 MAX_EVENTS_PER_TURN = 64
 TURN_INFLATED_BYTES = 1024 * 1024
 SLICE_BYTES = 4096
-# A turn that inflated a large message (one may take a good part of a second at 128 MiB) lets
-# one loop iteration per TURN_INFLATED_BYTES pass before the next, up to this many: a health
-# check or another session needs a few iterations, and gets them between two such messages.
+# A turn that handled TURN_INFLATED_BYTES lets one loop iteration per TURN_INFLATED_BYTES pass
+# before the next, up to this many: a health check or another session needs a few iterations.
 MAX_ITERATIONS_OWED = 256
+# A message assembled from parts totalling this much or more is joined in a thread (bytes.join
+# lets other threads run while it copies): joining 128 MiB holds the loop for about 0.1 s.
+JOIN_IN_THREAD = 1024 * 1024
 # Items the relay takes (`next`) or sends (`send`) before it lets other tasks run: a queue
 # that is never empty would otherwise never suspend the pump.
 ITEMS_PER_YIELD = 16
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 # The first byte of a pong frame (FIN, opcode 0xA): how websockets' own pong is told apart.
 _PONG = 0x8A
 # Bytes of the answer to the upgrade kept while it is read: a refusal whose body websockets
@@ -110,9 +115,12 @@ class UpstreamSocket(asyncio.Protocol):
     reading pauses while either waits. Parsing is done in bounded turns (MAX_EVENTS_PER_TURN).
     """
 
-    def __init__(self, ws: ClientProtocol, budget: HeldBytes | None = None) -> None:
+    def __init__(
+        self, ws: ClientProtocol, budget: HeldBytes | None = None, max_message: int | None = None
+    ) -> None:
         self.ws = ws
         self.budget = budget
+        self.max_message = max_message  # inflated bytes of one message (websockets: on the wire)
         self.transport: asyncio.Transport | None = None
         self._loop = loop = asyncio.get_running_loop()
         self.handshake: asyncio.Future[Handshake] = loop.create_future()
@@ -129,6 +137,12 @@ class UpstreamSocket(asyncio.Protocol):
         self.most_events = 0  # the most events one callback handled
         self._text = False  # the kind of the message whose frames are arriving
         self._parts: list[bytes] = []
+        self._assembled = 0  # bytes in _parts (counted in `budget`, not in `queued`)
+        self._deflate: DeferredDeflate | None = None  # permessage-deflate, once negotiated
+        self._compressed = False  # the message whose frames are arriving is compressed
+        self._fin = False  # the frame being inflated ends its message
+        self._blocked = False  # waits for room in `budget` to go on assembling a message
+        self._joining = False  # a large message is being joined in a thread: parsing waits
         self._head = bytearray()  # the answer's first bytes, until the handshake is done
         self._unfed = bytearray()  # read from the socket, not yet given to the parser
         self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
@@ -160,12 +174,12 @@ class UpstreamSocket(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self._eof = True  # a refusal's body may end with the connection
-        if not self._unfed:
+        if not self._pending():
             self._input_ended()
         return None  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._unfed and not self.ended:
+        if self._pending() and not self.ended:
             self._lost_with.append(exc)  # the bytes already read come first
             self._schedule()
             return
@@ -186,10 +200,27 @@ class UpstreamSocket(asyncio.Protocol):
         self.turns += 1
         events = inflated = 0
         unfed = self._unfed
-        while unfed and not self.paused and not self.ended:
-            if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
+        share = self.budget.share if self.budget is not None else None
+        while (unfed or self._inflating()) and not self.paused and not self.ended:
+            if self._joining:
+                break  # `_joined` goes on
+            if (
+                events >= MAX_EVENTS_PER_TURN
+                or inflated >= TURN_INFLATED_BYTES
+                or (share is not None and share.spent_out())
+            ):
                 self._schedule()
                 break
+            if self._assembled and not self._may_grow():
+                break  # `budget` calls back once there is room
+            if self._inflating():
+                step = self._inflate(TURN_INFLATED_BYTES - inflated)
+                inflated += step
+                if share is not None:
+                    share.spend(step)
+                if self._over():
+                    self.paused = True
+                continue
             n = self._span()
             if n == len(unfed):
                 chunk = bytes(unfed)
@@ -204,15 +235,69 @@ class UpstreamSocket(asyncio.Protocol):
             handled, size = self._received()
             events += handled
             inflated += size
+            if share is not None:
+                share.spend(size + handled * ITEM_OVERHEAD)
             if self._over():
                 self.paused = True
         self.most_events = max(self.most_events, events)
         self._owed = min(inflated // TURN_INFLATED_BYTES, MAX_ITERATIONS_OWED)
         if self.ended:
             unfed.clear()
-        if not unfed:
+        if not self._pending():
             self._input_ended()
         self._flow()
+
+    def _pending(self) -> bool:
+        """Read bytes are not all handled yet (parsed, inflated, joined)."""
+        return bool(self._unfed) or self._inflating() or self._joining
+
+    def _inflating(self) -> bool:
+        deflate = self._deflate
+        return deflate is not None and deflate.inflater.busy
+
+    def _may_grow(self) -> bool:
+        """Whether the message being assembled may grow now: up to the queue's mark always;
+        past it while all sessions together are under their cap, or when this session is the
+        one allowed past the cap (so that one message at a time always completes)."""
+        budget = self.budget
+        if budget is None or self._assembled < MAX_QUEUED_BYTES or not budget.over():
+            return True
+        if budget.holder is None:
+            budget.holder = self
+        if budget.holder is self:
+            return True
+        if not self._blocked:
+            self._blocked = True
+            budget.wait(self._room)
+        return False
+
+    def _room(self) -> None:
+        """`budget` has room again (called from another session's accounting)."""
+        self._blocked = False
+        if not self.ended:
+            self._schedule()
+
+    def _let_go(self) -> None:
+        """This session holds nothing any more: another may assemble past the cap."""
+        budget = self.budget
+        if budget is not None and budget.holder is self:
+            budget.let_go(self)
+
+    def _inflate(self, room: int) -> int:
+        """Inflate up to `room` bytes of the current compressed frame; returns how many."""
+        deflate = self._deflate
+        assert deflate is not None
+        try:
+            data = deflate.inflater.step(room)
+        except zlib.error:
+            deflate.inflater.drop()
+            self._fail(CloseCode.PROTOCOL_ERROR, "decompression failed")
+            return 0
+        if data:
+            self._add(data)
+        if not deflate.inflater.busy and self._fin and not self.ended:
+            self._complete()
+        return len(data)
 
     def _span(self) -> int:
         """How many unparsed bytes to hand websockets next: up to the end of one frame once
@@ -229,7 +314,7 @@ class UpstreamSocket(asyncio.Protocol):
         return n
 
     def _schedule(self) -> None:
-        if self._turn_handle is None and not self.paused:
+        if self._turn_handle is None and not (self.paused or self._blocked or self._joining):
             self._turn_handle = self._loop.call_soon(self._after, self._owed)
 
     def _after(self, iterations: int) -> None:
@@ -253,7 +338,7 @@ class UpstreamSocket(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        reading = not self.paused and not self._unfed
+        reading = not self.paused and not self._pending()
         if reading != self._reading:
             self._reading = reading
             if reading:
@@ -270,7 +355,9 @@ class UpstreamSocket(asyncio.Protocol):
     def _has_room(self) -> bool:
         queued, budget = self.queued, self.budget
         if budget is not None and budget.over():
-            return queued == 0
+            # past the cap a session reads on only once its client took everything, the
+            # message being written included: a client that stopped reading pins one message
+            return queued == 0 and self.in_flight == 0
         return queued <= MAX_QUEUED_BYTES // 2
 
     # -- events -----------------------------------------------------------------------------
@@ -284,8 +371,13 @@ class UpstreamSocket(asyncio.Protocol):
             if isinstance(event, Response):
                 self._answered(event)
             elif isinstance(event, Frame):
-                size += len(event.data)
-                self._frame(event.opcode, bytes(event.data), event.fin)
+                data = event.data
+                if not self._frame(event.opcode, bytes(data), event.fin):
+                    size += len(data)  # (a compressed frame's bytes count as inflated)
+                if isinstance(data, bytearray) and event.opcode in _DATA:
+                    # websockets' parser keeps its last frame until the next one is read: the
+                    # copy above is what the proxy holds, not this one as well
+                    data.clear()
         # What websockets wrote in answer: the echo of a close, the close of a failure; never
         # its own pong (the client's travels instead).
         self._write([w for w in ws.data_to_send() if w[:1] != bytes((_PONG,))])
@@ -310,6 +402,9 @@ class UpstreamSocket(asyncio.Protocol):
         ]
         if exc is None:
             self._cursor = FrameCursor()  # the head ended exactly here: frames from now on
+            for extension in self.ws.extensions:
+                if isinstance(extension, DeferredDeflate):
+                    self._deflate = extension
             names = [str(e.name) for e in self.ws.extensions]
             self._answer(Handshake(101, headers, self.ws.subprotocol, names))
         else:
@@ -329,26 +424,96 @@ class UpstreamSocket(asyncio.Protocol):
             self.handshake.set_exception(ConnectionError(f"invalid upgrade answer: {why}"[:300]))
         self._lost(None)
 
-    def _frame(self, opcode: Opcode, data: bytes, fin: bool) -> None:
+    def _frame(self, opcode: Opcode, data: bytes, fin: bool) -> bool:
+        """One frame parsed; True when its payload is compressed (inflated by later turns)."""
+        deflate = self._deflate
         if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-            self._text, self._parts = opcode is Opcode.TEXT, [data]
+            self._text = opcode is Opcode.TEXT
+            self._compressed = deflate is not None and deflate.compressed.popleft()
+            first = True
         elif opcode is Opcode.CONT:
-            self._parts.append(data)  # websockets bounds the whole message (`max_size`)
+            first = False  # websockets bounds the message on the wire (`max_size`)
         elif opcode is Opcode.PING:
             self._push(Control("ping", data))
-            return
+            return False
         elif opcode is Opcode.PONG:
             self._push(Control("pong", data))
-            return
+            return False
         else:  # the close frame, parsed by websockets
             close = self.ws.close_rcvd
             code = None if close is None or close.code == 1005 else close.code
             self._push(Control("close", b"", code, close.reason if close else ""))
+            return False
+        if self._compressed and deflate is not None:
+            deflate.inflater.start(data, first, fin)
+            self._fin = fin
+            return True
+        if data or fin:
+            self._add(data)
+        if fin and not self.ended:
+            self._complete()
+        return False
+
+    def _add(self, data: bytes) -> None:
+        """Part of the message being assembled; one over `max_message` ends the session."""
+        self._parts.append(data)
+        self._assembled += len(data)
+        if self.budget is not None and not self._released:
+            self.budget.change(len(data))
+        if self.max_message is not None and self._assembled > self.max_message:
+            self._fail(CloseCode.MESSAGE_TOO_BIG, f"over size limit ({self.max_message} bytes)")
+
+    def _complete(self) -> None:
+        parts = self._parts
+        if len(parts) > 1 and self._assembled >= JOIN_IN_THREAD:
+            try:
+                joined = self._loop.run_in_executor(None, b"".join, parts)
+            except RuntimeError:  # the loop's executor is shut down (the proxy is stopping)
+                pass
+            else:
+                self._joining = True
+                joined.add_done_callback(self._joined)
+                return
+        self._queue(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _joined(self, joined: asyncio.Future[bytes]) -> None:
+        self._joining = False
+        if self.ended or joined.cancelled():
             return
-        if fin:
-            message = b"".join(self._parts)
-            self._parts = []
-            self._push(Message(self._text, message))
+        self._queue(joined.result())
+        if self._pending():
+            self._schedule()
+        else:
+            self._input_ended()
+        self._flow()
+
+    def _queue(self, message: bytes) -> None:
+        """The message assembled: from now on it counts in the queue."""
+        assembled = self._assembled
+        self._parts, self._assembled = [], 0
+        if self.budget is not None and not self._released:
+            self.budget.change(-assembled)
+        self._push(Message(self._text, message))
+
+    def _fail(self, code: CloseCode, reason: str) -> None:
+        """The upstream sent what ends the session: it hears why (a close frame), the relay
+        sees the end (1009 to the client for a message over the limit)."""
+        if self.ended:
+            return
+        self.ws.fail(code, reason)
+        self._write([w for w in self.ws.data_to_send() if w[:1] != bytes((_PONG,))])
+        self.too_big = code == CloseCode.MESSAGE_TOO_BIG
+        self._drop_message()
+        self._lost(None)
+        if self.transport is not None:
+            self.transport.close()  # after the close frame is written
+
+    def _drop_message(self) -> None:
+        if self._deflate is not None:
+            self._deflate.inflater.drop()
+        if self._assembled and self.budget is not None and not self._released:
+            self.budget.change(-self._assembled)
+        self._parts, self._assembled = [], 0
 
     def _answer(self, handshake: Handshake) -> None:
         self._head = bytearray()
@@ -370,6 +535,7 @@ class UpstreamSocket(asyncio.Protocol):
             return
         self.ended = True
         self._unfed.clear()
+        self._drop_message()
         if not self.handshake.done():
             self.handshake.set_exception(
                 ConnectionError(f"upstream closed during the handshake: {exc!r}"[:300])
@@ -392,6 +558,9 @@ class UpstreamSocket(asyncio.Protocol):
         written to the client meanwhile). Lets other tasks run every ITEMS_PER_YIELD items
         taken without waiting."""
         self._take(0)  # the previous one was written
+        if not self.queued and not self._assembled:
+            self._let_go()
+        self._resume()
         if self._taken >= ITEMS_PER_YIELD:
             self._taken = 0
             await asyncio.sleep(0)
@@ -399,17 +568,27 @@ class UpstreamSocket(asyncio.Protocol):
             self._taken = 0
             self.ready.clear()
             await self.ready.wait()
+        share = self.budget.share if self.budget is not None else None
+        if share is not None:
+            while share.spent_out():  # the sessions' work in this loop iteration is done
+                self._taken = 0
+                await asyncio.sleep(0)
         self._taken += 1
         item = self.items.popleft()
         size = _size(item)
+        if share is not None:
+            share.spend(size)
         self._count(-size)
         self._take(size)
+        self._resume()
+        return item
+
+    def _resume(self) -> None:
         if self.paused and self._has_room():
             self.paused = False
-            if self._unfed:
+            if self._pending():
                 self._schedule()  # the rest of the last read first, then the socket again
             self._flow()
-        return item
 
     def _take(self, size: int) -> None:
         """Count `size` bytes as the item the relay is writing (in `budget` only)."""
@@ -450,9 +629,11 @@ class UpstreamSocket(asyncio.Protocol):
 
     def release(self) -> None:
         if not self._released:
+            self._drop_message()
             self._released = True
             if self.budget is not None:
                 self.budget.change(-self.queued - self.in_flight)
+            self._let_go()
 
 
 def _size(item: Item) -> int:
@@ -479,7 +660,7 @@ def upgrade(
         # only the host and port matter here: the target is written as the client sent it
         parse_uri(str(url.origin().with_scheme(scheme))),
         subprotocols=[Subprotocol(p) for p in subprotocols] or None,
-        extensions=[ClientPerMessageDeflateFactory()] if deflate else None,
+        extensions=[DeferredDeflateFactory()] if deflate else None,
         max_size=max_message,
         logger=_LOG,
     )
@@ -497,12 +678,13 @@ async def connect(
     request: bytes,
     timeout: float,
     budget: HeldBytes | None = None,
+    max_message: int | None = None,
 ) -> tuple[UpstreamSocket, Handshake]:
     """Connect (the pool's way: egress proxy, TLS, within its connect timeout), send the
     upgrade, and wait for the answer (101 or not) within `timeout`. Raises UpstreamFailed when
     no connection opened, ConnectionError for an answer that is no upgrade nor a refusal.
     `budget`: the proxy's count of bytes held by sessions, this one's queue included."""
-    sock = await pool.open_socket(lambda: UpstreamSocket(ws, budget), url)
+    sock = await pool.open_socket(lambda: UpstreamSocket(ws, budget, max_message), url)
     try:
         async with asyncio.timeout(timeout):
             assert sock.transport is not None

@@ -23,7 +23,7 @@ from aiohttp import WSMsgType
 from yarl import URL
 
 from sseproxy.config import load
-from sseproxy.shell import ws_upstream
+from sseproxy.shell import websocket, ws_upstream
 from sseproxy.shell.app import STATE, create_app
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.state import ProxyState
@@ -106,7 +106,7 @@ async def opened(
     head += b"Sec-WebSocket-Accept: " + accept + b"\r\n"
     if deflate:
         head += b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
-    sock = UpstreamSocket(ws, budget)
+    sock = UpstreamSocket(ws, budget, limit)
     transport = FakeTransport(sock)
     sock.connection_made(transport)  # type: ignore[arg-type]
     sock.data_received(head + b"\r\n")
@@ -294,7 +294,13 @@ async def test_sessions_stop_reading_when_their_total_passes_the_cap(extra: int)
     d, td = await opened(budget=budget)
     assert td.reading
     assert await b.next() == Message(False, b"b" * 1000)
-    assert tb.reading  # its queue is empty: reading again
+    # past the cap, the message being written to its client still counts: the session reads
+    # again once it was written (the relay asks for the next), not when it was taken
+    assert tb.reading is (extra == 0)
+    taker = asyncio.ensure_future(b.next())
+    await asyncio.sleep(0)
+    assert tb.reading  # it holds nothing: reading again
+    taker.cancel()
     for sock in (a, b, c, d):
         sock.abort()
     assert budget.total == 0
@@ -478,23 +484,99 @@ async def test_a_flood_of_upstream_pings_reaches_the_client_whole_and_in_order(
     assert state.ws_held.total == 0
 
 
-async def test_after_a_turn_that_inflated_a_large_message_other_callbacks_get_iterations() -> None:
-    sock, _ = await opened(deflate=True)
+def compressed(data: bytes, deflater: Any = None) -> bytes:
+    """One permessage-deflate message of `data`, as one frame."""
+    deflater = deflater or zlib.compressobj(wbits=-15)
+    body = deflater.compress(data) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    return frame(0x2, body[:-4], rsv1=True)
+
+
+async def test_a_large_compressed_message_is_inflated_over_turns_of_the_turn_bound() -> None:
+    budget = HeldBytes(1 << 40)
+    sock, _ = await opened(deflate=True, budget=budget)
     deflater = zlib.compressobj(wbits=-15)
     size = 8 * TURN_INFLATED_BYTES
-    wire = b""
-    for _ in range(3):
-        body = deflater.compress(b"\0" * size) + deflater.flush(zlib.Z_SYNC_FLUSH)
-        wire += frame(0x2, body[:-4], rsv1=True)
-    sock.data_received(wire)
-    assert len(sock.items) == 1
+    sock.data_received(b"".join(compressed(b"\0" * size, deflater) for _ in range(3)))
+    # one callback inflated at most its bound (websockets inflated the whole 8 MiB at once)
+    assert not sock.items and budget.total <= TURN_INFLATED_BYTES
     ticker = Ticker(sock)
     got = [await asyncio.wait_for(sock.next(), 30) for _ in range(3)]
     ticker.stop()
     assert got == [Message(False, b"\0" * size)] * 3
-    # the other task ran at least 8 times (one per MiB inflated) between two such turns
-    steps = [ticker.seen.count(turn) for turn in sorted(set(ticker.seen))]
-    assert min(steps[:-1]) >= 8
+    # the other task ran between the turns: once per MiB inflated at least (after the first)
+    assert len(set(ticker.seen)) >= 3 * 8 - 1
+
+
+def close_codes(written: list[bytes]) -> list[int]:
+    """The status codes of the (masked, short) close frames the proxy wrote upstream."""
+    codes = []
+    for w in written:
+        if w[:1] == b"\x88" and len(w) >= 8:
+            mask, payload = w[2:6], w[6:8]
+            codes.append(
+                struct.unpack("!H", bytes(x ^ y for x, y in zip(payload, mask[:2], strict=True)))[0]
+            )
+    return codes
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_a_compressed_message_may_inflate_to_the_limit_and_not_one_byte_more(
+    extra: int,
+) -> None:
+    limit = 3 * MIB + 5
+    budget = HeldBytes(1 << 40)
+    sock, transport = await opened(deflate=True, budget=budget, limit=limit)
+    sock.data_received(compressed(b"z" * (limit + extra)) + frame(0x9, b"after"))
+    await settle(sock)
+    if extra:
+        # the session ends: 1009 to the upstream, the relay sees the end (1009 to the client)
+        assert sock.too_big and await sock.next() is None
+        assert close_codes(transport.written) == [1009]
+        assert transport.closing
+    else:
+        assert await sock.next() == Message(False, b"z" * limit)
+        assert await sock.next() == Control("ping", b"after")
+        assert not sock.too_big
+    sock.release()
+    assert budget.total == 0
+
+
+async def test_not_deflate_ends_the_session_with_a_protocol_error() -> None:
+    sock, transport = await opened(deflate=True)
+    sock.data_received(frame(0x2, b"\xff\xff\xff not deflate", rsv1=True))
+    await settle(sock)
+    assert await sock.next() is None and not sock.too_big
+    assert close_codes(transport.written) == [1002]
+
+
+@pytest.mark.parametrize("room", [True, False])
+async def test_past_the_cap_one_session_at_a_time_assembles_a_large_message(room: bool) -> None:
+    size = 4 * MIB
+    cap = 4 * size if room else 2 * MIB
+    budget = HeldBytes(cap)
+    a, _ = await opened(deflate=True, budget=budget)
+    b, _ = await opened(deflate=True, budget=budget)
+    a.data_received(compressed(b"a" * size))
+    b.data_received(compressed(b"b" * size))
+    await until(lambda: len(a.items) + len(b.items) == (2 if room else 1), "a message")
+    await asyncio.sleep(0.2)  # (large messages are joined in a thread)
+    await settle(a)
+    await settle(b)
+    # past the cap, the first past it completes its message; the other waits (past its first
+    # MiB) until that message was taken: both are never inflated at once (before, each was
+    # inflated whole in one call)
+    assert sorted([len(a.items), len(b.items)]) == ([1, 1] if room else [0, 1])
+    assert budget.peak <= (2 * (size + ITEM_OVERHEAD) if room else size + 2 * MIB + ITEM_OVERHEAD)
+    first, second = (a, b) if a.items else (b, a)
+    expected = Message(False, (b"a" if first is a else b"b") * size)
+    assert await first.next() == expected
+    taker = asyncio.ensure_future(first.next())  # its message was written: it holds nothing
+    got = await asyncio.wait_for(second.next(), 30)
+    assert got == Message(False, (b"b" if second is b else b"a") * size)
+    taker.cancel()
+    a.release()
+    b.release()
+    assert budget.total == 0 and budget.holder is None
 
 
 async def test_an_upstream_that_stops_reading_stops_the_proxy_reading_its_client(
@@ -574,3 +656,53 @@ async def test_one_callback_inflates_up_to_its_byte_bound_then_stops(
         Message(False, b"i" * (bound - short)),
         Message(False, b"i"),
     ]
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_a_message_over_the_judged_size_is_relayed_and_not_parsed(
+    extra: int, wsup, proxied, logs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = 4096  # (4 MiB by default)
+    monkeypatch.setattr(websocket, "MAX_JUDGED_BYTES", bound)
+    up, _ = wsup
+    head = b'{"type":"response.created","response":{"id":"resp_1"}}'
+    message = head + b" " * (bound + extra - len(head))
+
+    async def script(ws: Any, request: Any) -> None:
+        await ws.send_str(message.decode())
+        await ws.close()
+
+    up.script = script
+    base, _ = await proxied()
+    ws = await session(base)
+    try:
+        got = await asyncio.wait_for(ws.receive(), 30)
+    finally:
+        await ws.close()
+        await ws.http.close()
+    assert got.data == message.decode()
+    [record] = await logs.wait_sessions()
+    # at the bound the message opened a turn; one byte over, it was counted, not parsed
+    assert record["anomalies"].get("message_not_judged", 0) == extra
+    assert record["turns"] == 1 - extra
+    assert record["bytes"]["upstream"] == len(message)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_sessions_together_handle_their_share_per_loop_iteration_then_wait(
+    extra: int,
+) -> None:
+    k, payload = 4, 100
+    budget = HeldBytes(cap=1 << 40, share=k * (payload + ITEM_OVERHEAD) + extra)
+    (a, _), (b, _) = await opened(budget=budget), await opened(budget=budget)
+    await asyncio.sleep(0)  # a new loop iteration: nothing spent yet
+    a.data_received(frame(0x2, b"a" * payload) * (2 * k))
+    b.data_received(frame(0x2, b"b"))
+    # the share spent at its value; one byte more, one more frame in the same iteration
+    assert len(a.items) == k + extra
+    assert not b.items  # another session's turn waits for the next iteration
+    await settle(a)
+    await settle(b)
+    assert len(a.items) == 2 * k and len(b.items) == 1
+    a.abort()
+    b.abort()
