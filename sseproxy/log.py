@@ -188,12 +188,13 @@ class _Once:
                 return
             self.reported = True
         with contextlib.suppress(Exception):  # stderr may be gone too
-            print(
+            # one write, newline included: the writer thread reports this, and print's two
+            # writes could take another thread's stderr line between them
+            sys.stderr.write(
                 f"sseproxy: log output failed ({type(exc).__name__}: {exc}); "
-                "records are dropped while it fails",
-                file=sys.stderr,
-                flush=True,
+                "records are dropped while it fails\n"
             )
+            sys.stderr.flush()
 
 
 class SafePrintLogger(structlog.PrintLogger):

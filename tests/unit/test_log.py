@@ -261,7 +261,7 @@ def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -
         "log.configure('json', 'info')\n"
         "for i in range(3):\n"
         "    structlog.get_logger().info('request.finished', n=i)\n"
-        "print('done', file=__import__('sys').stderr)\n"
+        "__import__('sys').stderr.write('done\\n')\n"
     )
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first record
