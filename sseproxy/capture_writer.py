@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -151,7 +152,7 @@ class Writer:
         self.flushed().result(timeout)
 
 
-class Spool(Generic[T]):
+class Spool(ABC, Generic[T]):
     """One capture's pieces on their way to its file: the loop `send`s, the writer thread
     `flush`es them all at once (one write for whatever queued meanwhile). `write` creates the
     file if the job that begins the capture has not yet run (`create` is idempotent)."""
@@ -192,5 +193,6 @@ class Spool(Generic[T]):
         finally:
             self.writer.release(size)
 
+    @abstractmethod
     def write(self, items: list[T]) -> None:
-        raise NotImplementedError
+        """Append `items` to the capture's file (the writer thread; each subclass its format)."""
