@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from sseproxy.capture import CaptureSettings, CaptureStore
-from sseproxy.redact import Secrets
+from sseproxy.capture.format import CaptureSettings
+from sseproxy.capture.store import CaptureStore
+from sseproxy.observe.redact import Secrets
 
 CHUNKS = 20_000
 ROUNDS = 7

@@ -19,8 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from bench.proxy import free_port, wait_port
-from sseproxy import log
 from sseproxy.config import load
+from sseproxy.observe import log
 from sseproxy.shell.app import create_app
 
 

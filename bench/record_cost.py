@@ -22,13 +22,13 @@ from typing import Any
 
 from yarl import URL
 
-from sseproxy import log
 from sseproxy.config import Route
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions
 from sseproxy.core.pacing import Pacing
 from sseproxy.core.request import RequestFacts as AskedFacts
-from sseproxy.metrics import Metrics
-from sseproxy.redact import Secrets
+from sseproxy.observe import log
+from sseproxy.observe.metrics import Metrics
+from sseproxy.observe.redact import Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell import sinks, state
 

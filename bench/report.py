@@ -106,9 +106,9 @@ def write_log(path: Path, records: int, models: int, seed: int = 1) -> int:
 
 CHILD = """
 import resource, sys, time
-from sseproxy.report import Summary
-from sseproxy.report.lines import read_lines
-from sseproxy.report.tables import report
+from sseproxy.tools.report import Summary
+from sseproxy.tools.report.lines import read_lines
+from sseproxy.tools.report.tables import report
 started = time.perf_counter()
 data = report(Summary().feed(read_lines([sys.argv[1]])))
 elapsed = time.perf_counter() - started

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .config import ENV_PREFIX, MEANT, ConfigError, Settings, flag_name, load, unknown_env
-from .core import Dialect
+from sseproxy import __version__
+from sseproxy.cli_io import EXIT_BROKEN_PIPE, quiet_stdout
+from sseproxy.config import ENV_PREFIX, MEANT, ConfigError, Settings, flag_name, load, unknown_env
+from sseproxy.core import Dialect
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -38,8 +39,6 @@ DEFAULTS = Settings()
 SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
 DIALECTS = tuple(d.value for d in Dialect)
 DEMO_LOG_FORMAT = "console"
-# A process whose reader went away ends as if SIGPIPE had ended it: the shells' 128 + 13.
-EXIT_BROKEN_PIPE = 141
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +228,7 @@ def _replay_parser(sub: Any) -> None:
 
 
 def _mock_parser(sub: Any) -> None:
-    from .mock import DEFAULT_LISTEN, DEFAULT_SPEED, samples_dir
+    from sseproxy.tools.mock import DEFAULT_LISTEN, DEFAULT_SPEED, samples_dir
 
     p: Parser = sub.add_parser("mock", help=dict(OTHER_COMMANDS)["mock"])
     p.add_argument(
@@ -332,7 +331,7 @@ def build_parser() -> Parser:
     _replay_parser(sub)
     _mock_parser(sub)
     _demo_parser(sub)
-    from .report.command import add_parser as report_parser
+    from sseproxy.tools.report.command import add_parser as report_parser
 
     report_parser(sub)
     return parser
@@ -379,13 +378,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def quiet_stdout() -> None:
-    """stdout pointed at the null device: Python's flush at exit finds no broken pipe."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def _command(argv: Sequence[str] | None, color: bool) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -404,11 +396,11 @@ def _command(argv: Sequence[str] | None, color: bool) -> int:
     if args.command == "mock":
         return _mock(args)
     if args.command == "report":
-        from .report.command import run as report
+        from sseproxy.tools.report.command import run as report
 
         return report(args)
     if args.command == "demo":
-        from . import demo
+        from sseproxy.tools import demo
 
         return demo.main(args.log_format, color=color)
     return _serve(args, color)
@@ -417,9 +409,9 @@ def _command(argv: Sequence[str] | None, color: bool) -> int:
 def _mock(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from .config import split_listen
-    from .core.inject import InjectionError, parse_rules
-    from .mock import MockServer, load_recordings, load_sessions, samples_dir
+    from sseproxy.config import split_listen
+    from sseproxy.core.inject import InjectionError, parse_rules
+    from sseproxy.tools.mock import MockServer, load_recordings, load_sessions, samples_dir
 
     try:
         rules = parse_rules(args.inject)
@@ -447,9 +439,9 @@ def _mock(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .capture import load_capture
-    from .replay import EXIT_USAGE, ReplayOptions, replay
-    from .session_capture import is_session_capture
+    from sseproxy.capture.format import load_capture
+    from sseproxy.capture.sessions import is_session_capture
+    from sseproxy.tools.replay import EXIT_USAGE, ReplayOptions, replay
 
     if args.chunk_size is not None and args.chunk_size < 1:
         print(
@@ -483,9 +475,9 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _replay_session(args: argparse.Namespace) -> int:
     """A WebSocket session capture: its messages through the session judge."""
-    from .replay import EXIT_USAGE
-    from .session_capture import load_session
-    from .session_replay import replay_session
+    from sseproxy.capture.sessions import load_session
+    from sseproxy.tools.replay import EXIT_USAGE
+    from sseproxy.tools.session_replay import replay_session
 
     unused = [
         flag
@@ -516,7 +508,7 @@ def _replay_session(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, color: bool) -> int:
-    from .server import run
+    from sseproxy.server import run
 
     overrides = {flag.setting: getattr(args, flag.setting) for flag in SERVE_FLAGS}
     for warning in unknown_env(os.environ):

@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 from yarl import URL
 
-from .core.inject import InjectionError, parse_rules
-from .core.verdict import Dialect
-from .log_writer import MAX_QUEUED_BYTES
-from .target import parse_target
+from sseproxy.core.inject import InjectionError, parse_rules
+from sseproxy.core.verdict import Dialect
+from sseproxy.observe.log_writer import MAX_QUEUED_BYTES
+from sseproxy.target import parse_target
 
 ENV_PREFIX = "SSEPROXY_"
 LOG_FORMATS = ("auto", "json", "console")

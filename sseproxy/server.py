@@ -26,11 +26,12 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from . import __version__, admin, log
-from .config import Settings
-from .shell import accelerator
-from .shell.app import OWN_PREFIX, STATE, create_app, is_loopback
-from .shell.websocket import sessions_go_away
+from sseproxy import __version__
+from sseproxy.config import Settings
+from sseproxy.observe import log
+from sseproxy.shell import accelerator, admin
+from sseproxy.shell.app import OWN_PREFIX, STATE, create_app, is_loopback
+from sseproxy.shell.websocket.session import sessions_go_away
 
 logger = structlog.get_logger("sseproxy")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from sseproxy.record_schema import schema
+from sseproxy.observe.record_schema import schema
 
 VALIDATOR = jsonschema.Draft202012Validator(
     schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER

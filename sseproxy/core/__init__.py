@@ -1,9 +1,9 @@
 """The pure core: bytes in, events and a verdict out. No I/O, no clock, no logging."""
 
-from .events import Comment, Line, SSEEvent
-from .framing import LineDecoder, SSEDecoder
-from .tap import StreamTap, TapOptions
-from .verdict import (
+from sseproxy.core.events import Comment, Line, SSEEvent
+from sseproxy.core.framing import LineDecoder, SSEDecoder
+from sseproxy.core.tap import StreamTap, TapOptions
+from sseproxy.core.verdict import (
     Dialect,
     EndReason,
     ErrorInfo,

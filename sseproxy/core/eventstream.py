@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from .framing import DEFAULT_MAX_EVENT_BYTES
+from sseproxy.core.framing import DEFAULT_MAX_EVENT_BYTES
 
 EVENTSTREAM_MEDIA_TYPE = "application/vnd.amazon.eventstream"
 PRELUDE_BYTES = 12

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Protocol
 
-from .eventstream import EventMessage, EventStreamDecoder
+from sseproxy.core.eventstream import EventMessage, EventStreamDecoder
 
 
 class MessageSink(Protocol):

@@ -8,7 +8,7 @@ result of decoding the whole stream first (including U+FFFD per maximal invalid 
 
 from __future__ import annotations
 
-from .events import Comment, Frame, Line, SSEEvent
+from sseproxy.core.events import Comment, Frame, Line, SSEEvent
 
 # A single event bigger than this is almost certainly not an LLM delta (the largest real ones
 # are Responses `response.completed` snapshots of a few MiB). Past it we stop buffering, report

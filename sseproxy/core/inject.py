@@ -26,7 +26,7 @@ Rules (comma-separated, as in `x-sseproxy-inject: rechunk=1,split-utf8`):
   `modelStreamErrorException` message, Cohere `message-end` with `ERROR`.
 - `duplicate-snapshot`: every Responses `*.done` snapshot event is sent twice.
 - `crlf`: every line end becomes CRLF (binary AWS event streams are left alone).
-- `close-code=C`: WebSocket sessions only (core/dialects/session_drills.py): `cut-after` closes with
+- `close-code=C`: WebSocket sessions only (core/sessions/drills.py): `cut-after` closes with
   this close code instead of dropping the connection without a close frame.
 
 Event rules work on whole events (blank-line framing, lines for NDJSON, messages for AWS event
@@ -37,12 +37,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dialects import fallback, sniff, spec_for
-from .events import Framing, SSEEvent
-from .eventstream import MIN_MESSAGE_BYTES
-from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
-from .jsonvalue import loads
-from .verdict import Dialect
+from sseproxy.core.dialects import fallback, sniff, spec_for
+from sseproxy.core.events import Framing, SSEEvent
+from sseproxy.core.eventstream import MIN_MESSAGE_BYTES
+from sseproxy.core.framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.verdict import Dialect
 
 RULES = {
     "rechunk",

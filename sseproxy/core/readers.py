@@ -13,17 +13,17 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .events import Frame, Framing, Line
-from .eventstream import (
+from sseproxy.core.events import Frame, Framing, Line
+from sseproxy.core.eventstream import (
     EVENTSTREAM_MEDIA_TYPE,
     PRELUDE_BYTES,
     Corruption,
     EventMessage,
     prelude_holds,
 )
-from .eventstream_reader import EventStreamReader
-from .framing import LineDecoder, SSEDecoder
-from .jsonvalue import loads
+from sseproxy.core.eventstream_reader import EventStreamReader
+from sseproxy.core.framing import LineDecoder, SSEDecoder
+from sseproxy.core.jsonvalue import loads
 
 # A non-streamed JSON body is analysed from a bounded copy; real completions are far smaller.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024

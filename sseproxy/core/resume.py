@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from .events import SSEEvent
+from sseproxy.core.events import SSEEvent
 
 # Events whose cursor and hash one stream keeps, by default; the oldest go first (a resume
 # names a cursor near where the stream was cut, so the tail is what is compared). One event

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .dialects import (
+from sseproxy.core.dialects import (
     Assembler,
     fallback,
     new_assembler,
@@ -23,16 +23,23 @@ from .dialects import (
     sniff_message,
     spec_for,
 )
-from .dialects.base import DEFAULT_CONTENT_CHARS, Assembly
-from .encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError, must_slice
-from .events import Comment, Frame, Framing, Line, SSEEvent
-from .eventstream import EventMessage
-from .framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
-from .jsonvalue import loads
-from .readers import DEFAULT_MAX_BODY_BYTES, READERS, UNSEEN, FramingChoice, Reader, SSEReader
-from .request import RequestFacts
-from .resume import EventRecorder, LedgerEvent
-from .verdict import Dialect, EndReason, Interruption, State, Verdict
+from sseproxy.core.dialects.base import DEFAULT_CONTENT_CHARS, Assembly
+from sseproxy.core.encoding import SLICE_BYTES, BodyDecoder, ContentDecodingError, must_slice
+from sseproxy.core.events import Comment, Frame, Framing, Line, SSEEvent
+from sseproxy.core.eventstream import EventMessage
+from sseproxy.core.framing import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.readers import (
+    DEFAULT_MAX_BODY_BYTES,
+    READERS,
+    UNSEEN,
+    FramingChoice,
+    Reader,
+    SSEReader,
+)
+from sseproxy.core.request import RequestFacts
+from sseproxy.core.resume import EventRecorder, LedgerEvent
+from sseproxy.core.verdict import Dialect, EndReason, Interruption, State, Verdict
 
 __all__ = ["Framing", "StreamTap", "TapOptions"]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..config import Route, Settings
-from ..core import EndReason
-from ..core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
-from ..core.request import parse_body, request_facts
-from .state import Exchange, ProxyState, RequestFacts
+from sseproxy.config import Route, Settings
+from sseproxy.core import EndReason
+from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
+from sseproxy.core.request import parse_body, request_facts
+from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
 

@@ -14,32 +14,33 @@ import orjson
 import structlog
 from aiohttp import web
 
-from .. import __version__
-from ..admin import admin_refusal
-from ..capture import CaptureSettings, CaptureStore
-from ..config import Settings
-from ..core import Dialect, ErrorInfo, State, Verdict
-from ..inspector_sessions import SessionRetention
-from ..metrics import Metrics
-from ..target import BadTarget, parse_target
-from . import accelerator, ws_handshake
-from . import record as records
-from .admission import Refused, admit
-from .budget import HeldBytes
-from .errors import describe
-from .forward import REQUEST_ID_HEADER, break_downstream, forward
-from .inspector import Inspector, Retention
-from .ledger import Ledger, LedgerLimits, Links
-from .record import PROXY_ERROR, proxy_error
-from .relay import analyse_backlog
-from .sinks import deliver, safecall
-from .state import Answerer, Exchange, ProxyState
-from .upstream import UpstreamPool
-from .websocket import session, sessions_go_away
+from sseproxy import __version__
+from sseproxy.capture.format import CaptureSettings
+from sseproxy.capture.store import CaptureStore
+from sseproxy.config import Settings
+from sseproxy.core import Dialect, ErrorInfo, State, Verdict
+from sseproxy.inspector.endpoints import Inspector, Retention
+from sseproxy.inspector.sessions import SessionRetention
+from sseproxy.observe.metrics import Metrics
+from sseproxy.shell import accelerator
+from sseproxy.shell import record as records
+from sseproxy.shell.admin import admin_refusal
+from sseproxy.shell.admission import Refused, admit
+from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.errors import describe
+from sseproxy.shell.forward import REQUEST_ID_HEADER, break_downstream, forward
+from sseproxy.shell.ledger import Ledger, LedgerLimits, Links
+from sseproxy.shell.record import PROXY_ERROR, proxy_error
+from sseproxy.shell.relay import analyse_backlog
+from sseproxy.shell.sinks import deliver, safecall
+from sseproxy.shell.state import Answerer, Exchange, ProxyState
+from sseproxy.shell.upstream import UpstreamPool
+from sseproxy.shell.websocket import handshake as ws_handshake
+from sseproxy.shell.websocket.session import session, sessions_go_away
+from sseproxy.target import BadTarget, parse_target
 
 if TYPE_CHECKING:
-    from ..tracing import Tracing
-
+    from sseproxy.observe.tracing import Tracing
 log = structlog.get_logger("sseproxy")
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -261,7 +262,7 @@ def create_app(
         settings.keep_content, retention=retention, captures=captures, session_retention=sessions
     )
     if tracing is None and settings.otel_endpoint:
-        from ..tracing import Tracing
+        from sseproxy.observe.tracing import Tracing
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]

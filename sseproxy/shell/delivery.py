@@ -24,8 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core import StreamTap
-from . import accelerator
+from sseproxy.core import StreamTap
+from sseproxy.shell import accelerator
 
 # Spans of waiting kept for the inspector's timeline. Beyond it only the totals grow.
 MAX_WAIT_SPANS = 256

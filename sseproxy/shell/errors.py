@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Literal
 
-from ..core import EndReason
+from sseproxy.core import EndReason
 
 # An exception message can quote a whole malformed response; the error body stays readable.
 MAX_CAUSE_CHARS = 300

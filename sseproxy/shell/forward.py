@@ -11,25 +11,25 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ..capture import redact_headers
-from ..config import Settings
-from ..core import Dialect, EndReason
-from ..core.dialects import detect
-from ..core.events import Framing
-from ..core.inject import Injector
-from ..core.pacing import Pacing
-from ..core.readers import framing_for
-from . import accelerator
-from .admission import Refused, via_entry
-from .delivery import ClientDelivery, ContentWatch
-from .errors import CLIENT_IO, Ended
-from .inspector import CONTENT_CHARS, StreamView
-from .record import NO_BODY_STATUSES
-from .relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
-from .sinks import start_capture
-from .state import Answerer
-from .tapping import open_tap, tap_options
-from .upstream import (
+from sseproxy.capture.store import redact_headers
+from sseproxy.config import Settings
+from sseproxy.core import Dialect, EndReason
+from sseproxy.core.dialects import detect
+from sseproxy.core.events import Framing
+from sseproxy.core.inject import Injector
+from sseproxy.core.pacing import Pacing
+from sseproxy.core.readers import framing_for
+from sseproxy.inspector.endpoints import CONTENT_CHARS, StreamView
+from sseproxy.shell import accelerator
+from sseproxy.shell.admission import Refused, via_entry
+from sseproxy.shell.delivery import ClientDelivery, ContentWatch
+from sseproxy.shell.errors import CLIENT_IO, Ended
+from sseproxy.shell.record import NO_BODY_STATUSES
+from sseproxy.shell.relay import BodyEnd, Drill, Identity, IdleWatch, Parts, Relay
+from sseproxy.shell.sinks import start_capture
+from sseproxy.shell.state import Answerer
+from sseproxy.shell.tapping import open_tap, tap_options
+from sseproxy.shell.upstream import (
     LIMITS,
     REQUEST_DROP,
     UpstreamEnd,
@@ -38,12 +38,11 @@ from .upstream import (
     forwardable,
     upstream_url,
 )
-from .upstream import Framing as BodyFraming
-from .upstream.trailers import accepts_trailers, announced, section
+from sseproxy.shell.upstream import Framing as BodyFraming
+from sseproxy.shell.upstream.trailers import accepts_trailers, announced, section
 
 if TYPE_CHECKING:
-    from .state import Exchange, Progress, ProxyState
-
+    from sseproxy.shell.state import Exchange, Progress, ProxyState
 REQUEST_ID_HEADER = "x-sseproxy-request-id"
 # Content-Types of a streamed response (the record's `stream`; no buffering by a proxy in front).
 STREAM_FRAMINGS = {Framing.SSE, Framing.NDJSON, Framing.EVENTSTREAM}

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..core import State
-from ..core.resume import (
+from sseproxy.core import State
+from sseproxy.core.resume import (
     Key,
     LedgerEvent,
     Original,

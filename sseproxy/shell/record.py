@@ -8,17 +8,17 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..capture import redact_headers
-from ..core import EndReason, ErrorInfo, Interruption, State, Verdict, with_transport
-from ..core.dialects import spec_for
-from ..core.dialects.mcp import SESSION_HEADER, session_findings
-from ..core.pacing import PacingSummary
-from ..log import json_rendered, json_safe
-from ..record_schema import SCHEMA_VERSION
-from ..redact import Secrets
-from .ledger import Ended, Links
-from .state import Progress, RequestFacts
-from .tapping import close_tap
+from sseproxy.capture.store import redact_headers
+from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Verdict, with_transport
+from sseproxy.core.dialects import spec_for
+from sseproxy.core.dialects.mcp import SESSION_HEADER, session_findings
+from sseproxy.core.pacing import PacingSummary
+from sseproxy.observe.log import json_rendered, json_safe
+from sseproxy.observe.record_schema import SCHEMA_VERSION
+from sseproxy.observe.redact import Secrets
+from sseproxy.shell.ledger import Ended, Links
+from sseproxy.shell.state import Progress, RequestFacts
+from sseproxy.shell.tapping import close_tap
 
 Record = Mapping[str, Any]
 # `interruption.reason` of a request the proxy itself failed (an internal error), beside
@@ -206,7 +206,7 @@ def build_rendered(
         fields["trailers"] = trailer_fields(progress.trailers, facts.secrets)
         fields["trailers_forwarded"] = list(progress.trailers_forwarded)
     if progress.span is not None:  # OpenTelemetry is on: logs and traces join on these
-        from ..tracing import log_ids
+        from sseproxy.observe.tracing import log_ids
 
         fields.update(log_ids(progress.span))
     if facts.method == "HEAD" or progress.status in NO_BODY_STATUSES:

@@ -18,20 +18,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ..capture import Capture
-from ..core import EndReason, StreamTap
-from ..core.inject import Close as InjectClose
-from ..core.inject import Injector
-from ..core.inject import KeepAlive as InjectKeepAlive
-from ..core.inject import Pause as InjectPause
-from ..core.inject import Write as InjectWrite
-from ..core.pacing import Pacing
-from .budget import HeldBytes
-from .delivery import ClientDelivery, ContentWatch
-from .errors import Ended
-from .inspector import StreamView
-from .state import Timings
-from .turns import AnalysisTurns
+from sseproxy.capture.store import Capture
+from sseproxy.core import EndReason, StreamTap
+from sseproxy.core.inject import Close as InjectClose
+from sseproxy.core.inject import Injector
+from sseproxy.core.inject import KeepAlive as InjectKeepAlive
+from sseproxy.core.inject import Pause as InjectPause
+from sseproxy.core.inject import Write as InjectWrite
+from sseproxy.core.pacing import Pacing
+from sseproxy.inspector.endpoints import StreamView
+from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.delivery import ClientDelivery, ContentWatch
+from sseproxy.shell.errors import Ended
+from sseproxy.shell.state import Timings
+from sseproxy.shell.turns import AnalysisTurns
 
 # Slices of the tap's backlog analysed after each write before the relay looks for new
 # chunks (a slice is at most 16 KiB, ~1 ms of real events, ~20 ms at worst; one loop turn

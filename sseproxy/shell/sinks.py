@@ -10,11 +10,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..capture import Capture, redact_headers
-from ..core import Dialect, Verdict
-from ..log import json_ready, level_for, request_finished
-from .record import Record
-from .state import Progress, ProxyState, RequestFacts
+from sseproxy.capture.store import Capture, redact_headers
+from sseproxy.core import Dialect, Verdict
+from sseproxy.observe.log import json_ready, level_for, request_finished
+from sseproxy.shell.record import Record
+from sseproxy.shell.state import Progress, ProxyState, RequestFacts
 
 
 def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:

@@ -15,27 +15,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from ..capture import Capture, CaptureStore
-from ..config import Route, Settings
-from ..core import EndReason, ErrorInfo, StreamTap
-from ..core.dialects.sessions import ReconnectWatch
-from ..core.inject import Rule
-from ..core.pacing import Pacing
-from ..core.request import RequestFacts as CoreRequestFacts
-from ..metrics import Metrics
-from ..redact import Secrets
-from .budget import HeldBytes
-from .delivery import ClientDelivery
-from .inspector import Inspector, StreamView
-from .turns import AnalysisTurns
-from .upstream import UpstreamPool
+from sseproxy.capture.store import Capture, CaptureStore
+from sseproxy.config import Route, Settings
+from sseproxy.core import EndReason, ErrorInfo, StreamTap
+from sseproxy.core.inject import Rule
+from sseproxy.core.pacing import Pacing
+from sseproxy.core.request import RequestFacts as CoreRequestFacts
+from sseproxy.core.sessions.judges import ReconnectWatch
+from sseproxy.inspector.endpoints import Inspector, StreamView
+from sseproxy.observe.metrics import Metrics
+from sseproxy.observe.redact import Secrets
+from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.delivery import ClientDelivery
+from sseproxy.shell.turns import AnalysisTurns
+from sseproxy.shell.upstream import UpstreamPool
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from ..tracing import Tracing
-
-
+    from sseproxy.observe.tracing import Tracing
 # What a request asked for before its body was read (frozen: one for all).
 NOTHING_ASKED = CoreRequestFacts()
 

@@ -7,8 +7,8 @@ import functools
 import time
 from collections.abc import Callable
 
-from ..core import Dialect, EndReason, StreamTap, TapOptions, Verdict
-from ..core.request import RequestFacts
+from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, Verdict
+from sseproxy.core.request import RequestFacts
 
 
 class ObservedTap(StreamTap):

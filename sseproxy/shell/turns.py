@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..core import StreamTap
+from sseproxy.core import StreamTap
 
 # Seconds of analysis one loop turn may spend across all streams before the rest waits for
 # later turns: a health check needs a few turns, so a turn's analysis is kept near what a

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sseproxy.core import StreamTap, TapOptions, Verdict
-from sseproxy.replay import ReplayOptions, replay
+from sseproxy.tools.replay import ReplayOptions, replay
 from tests.corpus import body, manifest
 from tests.streams import random_split
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp import WSMsgType, web
 
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.e2e.test_inspector_browser import CHROMIUM, Browser, browser, save
 from tests.integration import test_websocket
 from tests.integration.test_websocket import connect, j

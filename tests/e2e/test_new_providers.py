@@ -554,7 +554,7 @@ async def test_bedrock_drill_drop_terminal(upstream, drill_proxy_url, logs, bear
 async def test_mock_serves_a_recorded_event_stream_to_boto3(
     aiohttp_server, tmp_path, bearer
 ) -> None:
-    from sseproxy.mock import MockServer, load_recordings
+    from sseproxy.tools.mock import MockServer, load_recordings
 
     (tmp_path / "converse.eventstream").write_bytes(converse_stream())
     mock = MockServer(load_recordings([tmp_path]), speed=0)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from sseproxy.config import Settings, load, make_route
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.ws_upstream import WsUpstream
 
 pytestmark = pytest.mark.e2e

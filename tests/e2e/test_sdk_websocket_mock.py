@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 from sseproxy.config import load
-from sseproxy.mock import MockServer, load_sessions
 from sseproxy.shell.app import STATE, create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
+from sseproxy.tools.mock import MockServer, load_sessions
 from tests.integration.ws_upstream import WsUpstream
 
 openai = pytest.importorskip("openai")

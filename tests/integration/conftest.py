@@ -14,9 +14,9 @@ try:
 except ImportError:  # not on Windows nor PyPy: asyncio's loop alone
     uvloop = None  # type: ignore[assignment]
 
-from sseproxy import log
-from sseproxy.capture import load_capture
+from sseproxy.capture.format import load_capture
 from sseproxy.config import load
+from sseproxy.observe import log
 from sseproxy.shell import accelerator
 from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import FakeUpstream

@@ -12,7 +12,7 @@ import pytest
 
 from sseproxy.config import load
 from sseproxy.shell.app import STATE, create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.conftest import raw_exchange
 from tests.integration.fake_upstream import AwaitClose, Script, Send
 from tests.integration.test_inspector import snapshot_of

@@ -9,9 +9,10 @@ import io
 import json
 from pathlib import Path
 
-from sseproxy.capture import Capture, CaptureSettings, load_capture
-from sseproxy.replay import EXIT_PARTIAL, ReplayOptions, replay
+from sseproxy.capture.format import CaptureSettings, load_capture
+from sseproxy.capture.store import Capture
 from sseproxy.shell.app import STATE
+from sseproxy.tools.replay import EXIT_PARTIAL, ReplayOptions, replay
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
 

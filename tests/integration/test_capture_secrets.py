@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sseproxy.capture import load_capture
-from sseproxy.redact import REDACTED
+from sseproxy.capture.format import load_capture
+from sseproxy.observe.redact import REDACTED
 from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
@@ -226,9 +226,10 @@ async def test_a_compressed_body_holding_a_key_is_withheld(
 def test_a_key_deep_in_a_compressed_body_is_found_across_decoded_slices() -> None:
     # Decoded in slices (core.encoding.SLICE_BYTES): the key sits past the first ones and
     # straddles a slice boundary.
-    from sseproxy.capture import Capture, CaptureSettings, masked_body
+    from sseproxy.capture.format import CaptureSettings
+    from sseproxy.capture.store import Capture, masked_body
     from sseproxy.core.encoding import SLICE_BYTES
-    from sseproxy.redact import Secrets
+    from sseproxy.observe.redact import Secrets
 
     plain = b"x" * (2 * SLICE_BYTES - 10) + GROQ.encode() + b"y" * 1000
     capture = Capture(CaptureSettings(Path("unused"), max_bytes=1 << 24), "id", 0.0)

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sseproxy.capture import load_capture
+from sseproxy.capture.format import load_capture
 from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
@@ -265,7 +265,7 @@ async def test_a_proxy_killed_mid_stream_leaves_a_partial_capture_replay_reports
 async def test_an_unfinished_capture_is_linked_by_the_inspector_and_served_cut_by_mock(
     upstream, make_proxy, logs, tmp_path: Path
 ) -> None:
-    from sseproxy.mock import from_capture
+    from sseproxy.tools.mock import from_capture
 
     fake, _ = upstream
     events = sse(chat_chunk("Hi"))
@@ -299,10 +299,10 @@ async def test_a_sessions_messages_are_on_disk_while_it_runs_and_replay_as_unfin
 ) -> None:
     from aiohttp import web
 
+    from sseproxy.capture.sessions import load_session
     from sseproxy.config import load
-    from sseproxy.session_capture import load_session
     from sseproxy.shell.app import create_app
-    from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+    from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
     from tests.integration.ws_upstream import WsUpstream
 
     if not SESSIONS_SUPPORTED:
@@ -364,7 +364,7 @@ async def test_a_sessions_messages_are_on_disk_while_it_runs_and_replay_as_unfin
         "truncated_at": 4,
         "reason": "capture_unfinished",
     }
-    from sseproxy.mock_session import Ending, from_session
+    from sseproxy.tools.mock_session import Ending, from_session
 
     served = from_session(copy / sidecar_path.name)
     assert served.ending == Ending()  # served cut: the mock cannot make up how it ended

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sseproxy.cli import EXIT_BROKEN_PIPE, SERVE_FLAGS
+from sseproxy.cli import SERVE_FLAGS
+from sseproxy.cli_io import EXIT_BROKEN_PIPE
 from sseproxy.config import flag_name
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sseproxy/data/samples/openai-chat/completed.sse"

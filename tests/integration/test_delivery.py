@@ -14,8 +14,8 @@ from aiohttp import ClientError, ClientPayloadError, ClientResponse, ClientSessi
 from sseproxy.core import EndReason, StreamTap, Verdict
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import Pacing, PacingSummary
-from sseproxy.mock import INJECT_HEADER, MockServer, load_recordings
 from sseproxy.shell.delivery import ClientDelivery, ContentWatch
+from sseproxy.tools.mock import INJECT_HEADER, MockServer, load_recordings
 from tests import corpus
 from tests.streams import chat_chunk as chat
 from tests.streams import sse

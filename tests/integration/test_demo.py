@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sseproxy.demo import GLOSSARY, run
+from sseproxy.tools.demo import GLOSSARY, run
 
 
 def conclusions(text: str) -> dict[str, str]:

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 from sseproxy.core.inject import InjectionDisabled
-from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings
 from sseproxy.shell import admission
+from sseproxy.tools.mock import MOCK_HEADER, MockServer, load_recordings
 from tests.integration.conftest import captured as capture_of
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk as chat

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sseproxy.cli import main
-from sseproxy.record_schema import record_fields, session_fields
+from sseproxy.observe.record_schema import record_fields, session_fields
 from tests.integration.conftest import LogCapture
 from tests.integration.fake_upstream import Close, Reset, Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
@@ -230,9 +230,9 @@ async def test_report_reads_rotated_files_and_stdin_alike(
 ) -> None:
     path, _ = fleet_log
     lines = path.read_bytes().splitlines(keepends=True)
-    older = tmp_path / "sseproxy.log.1.gz"
+    older = tmp_path / "sseproxy.observe.log.1.gz"
     older.write_bytes(gzip.compress(b"".join(lines[:5])))
-    newer = tmp_path / "sseproxy.log.0"
+    newer = tmp_path / "sseproxy.observe.log.0"
     newer.write_bytes(b"".join(lines[5:]))
     whole = run_report(capsys, str(path))
     rotated = run_report(capsys, str(older), str(newer))
@@ -439,7 +439,7 @@ async def _scripted_sessions(aiohttp_server: Any) -> str:
 async def session_log(aiohttp_server, logs, tmp_path) -> tuple[Path, list[dict[str, Any]]]:
     from sseproxy.config import load
     from sseproxy.shell.app import create_app
-    from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+    from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 
     if not SESSIONS_SUPPORTED:
         pytest.skip("WebSocket sessions need aiohttp 3.14")

@@ -13,8 +13,8 @@ import aiohttp
 import orjson
 import pytest
 
+from sseproxy.inspector.endpoints import SUBSCRIBER_QUEUE, Inspector, StreamView, Viewer
 from sseproxy.shell.app import STATE
-from sseproxy.shell.inspector import SUBSCRIBER_QUEUE, Inspector, StreamView, Viewer
 from tests.integration.fake_upstream import Close, Script, Send
 from tests.streams import chat_chunk, sse
 
@@ -158,7 +158,7 @@ def test_the_timeline_is_bounded_packed_and_shown_in_the_detail() -> None:
     # 2,000 streams of 400 chunks held ~80 MB of timeline as tuples of boxed numbers.
     import tracemalloc
 
-    from sseproxy.shell.inspector import TIMELINE_POINTS
+    from sseproxy.inspector.endpoints import TIMELINE_POINTS
 
     v = view("a")
     v.timeline.add(v.start + 0.010, 120, 1)
@@ -177,7 +177,7 @@ def test_the_timeline_is_bounded_packed_and_shown_in_the_detail() -> None:
 
 
 def test_client_waits_are_bounded_and_shown_in_the_detail() -> None:
-    from sseproxy.shell.inspector import WAIT_SPANS
+    from sseproxy.inspector.endpoints import WAIT_SPANS
 
     v = view("a")
     v.client_wait(v.start + 0.010, v.start + 0.025)

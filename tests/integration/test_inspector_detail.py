@@ -12,10 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sseproxy.capture import CaptureSettings, CaptureStore
+from sseproxy.capture.format import CaptureSettings
+from sseproxy.capture.store import CaptureStore
 from sseproxy.config import ConfigError, load
+from sseproxy.inspector.endpoints import HEADER_CHARS, MAX_HEADERS, shown_headers
 from sseproxy.shell.app import STATE
-from sseproxy.shell.inspector import HEADER_CHARS, MAX_HEADERS, shown_headers
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse
 from tests.unit.test_transport_truth import ANTHROPIC, BEDROCK_CONVERSE, BEDROCK_INVOKE, CHAT
@@ -276,7 +277,7 @@ async def test_capture_files_are_downloaded_by_request_id(
 
 
 def test_the_store_remembers_a_bounded_number_of_captures(tmp_path: Path, monkeypatch) -> None:
-    import sseproxy.capture as capture
+    import sseproxy.capture.store as capture
 
     monkeypatch.setattr(capture, "MAX_SAVED_NAMES", 2)
     store = CaptureStore(CaptureSettings(tmp_path))

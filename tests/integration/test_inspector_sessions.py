@@ -13,8 +13,8 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from sseproxy.config import ConfigError, load
-from sseproxy.inspector_sessions import SessionView
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.inspector.sessions import SessionView
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration import test_websocket
 from tests.integration.test_websocket import connect, j
 

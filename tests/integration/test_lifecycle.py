@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from sseproxy import log
 from sseproxy.config import load
+from sseproxy.observe import log
 from sseproxy.server import DEFAULT_BACKLOG, announce, listen_backlog, system_backlog
 
 FIRST = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sseproxy import log
+from sseproxy.observe import log
 from tests.integration.conftest import LogCapture
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse

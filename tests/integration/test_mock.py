@@ -18,7 +18,7 @@ import pytest
 
 from sseproxy import cli
 from sseproxy.core import Dialect
-from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings, samples_dir
+from sseproxy.tools.mock import MOCK_HEADER, MockServer, load_recordings, samples_dir
 from tests.corpus import corpus_dir
 from tests.streams import chat_chunk as chat
 from tests.streams import sse

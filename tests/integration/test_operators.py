@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sseproxy.config import load
-from sseproxy.metrics import IMPOSSIBLE_FIELDS
-from sseproxy.replay import ReplayOptions, replay
+from sseproxy.observe.metrics import IMPOSSIBLE_FIELDS
 from sseproxy.shell.app import STATE, create_app
+from sseproxy.tools.replay import ReplayOptions, replay
 from tests.integration.conftest import captured
 from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse

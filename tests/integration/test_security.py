@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sseproxy.capture import load_capture
+from sseproxy.capture.format import load_capture
 from sseproxy.config import load
 from sseproxy.shell.app import STATE, create_app
 from tests.integration.fake_upstream import Script, Send
@@ -261,7 +261,7 @@ async def test_the_span_carries_the_redacted_error(upstream, aiohttp_client, log
     pytest.importorskip("opentelemetry.sdk.trace")
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sseproxy.tracing import Tracing
+    from sseproxy.observe.tracing import Tracing
 
     fake, url = upstream
     key, status, content_type, answer = ECHOES["xai-in-band"]

@@ -17,7 +17,7 @@ from aiohttp import WSMsgType, web
 from sseproxy.config import load
 from sseproxy.server import InFlight, cut_remaining
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.test_lifecycle import TIMEOUT, Proxy
 from tests.integration.ws_upstream import WsUpstream
 

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from sseproxy import log
+from sseproxy.observe import log
 from sseproxy.shell.app import STATE
 from tests.integration.fake_upstream import Script, Send
 from tests.streams import chat_chunk, sse

@@ -17,7 +17,7 @@ from tests.streams import chat_chunk, sse
 trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from sseproxy.tracing import Tracing  # noqa: E402
+from sseproxy.observe.tracing import Tracing  # noqa: E402
 
 PATH = "/v1/chat/completions"
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -228,7 +228,7 @@ def test_request_parameters_on_the_span(request_body, expected) -> None:
 
 def test_anthropic_cache_creation_and_log_ids() -> None:
     from sseproxy.core import Dialect, State, Usage, Verdict
-    from sseproxy.tracing import log_ids
+    from sseproxy.observe.tracing import log_ids
 
     raw = {"input_tokens": 3, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 9}
     usage = Usage(input_tokens=32, output_tokens=5, cached_tokens=9, raw=raw)

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 
 from sseproxy.config import load
-from sseproxy.replay import ReplayOptions, replay
 from sseproxy.shell.app import create_app
+from sseproxy.tools.replay import ReplayOptions, replay
 from tests.integration.conftest import captured
 from tests.integration.raw_upstream import RST, Body, Hangup, Pause, RawScript, RawUpstream
 from tests.unit.test_transport_truth import (

@@ -13,7 +13,7 @@ from aiohttp import WSMsgType, web
 
 from sseproxy.config import load
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.ws_upstream import WsUpstream
 
 # Sessions need aiohttp 3.14 (exact text frames); on the floors' older aiohttp the proxy refuses
@@ -517,7 +517,7 @@ async def test_each_turn_is_a_span_under_the_sessions_span(wsup, aiohttp_server,
     trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from sseproxy.tracing import Tracing
+    from sseproxy.observe.tracing import Tracing
 
     assert trace_sdk is not None
     up, url = wsup

@@ -23,11 +23,12 @@ from aiohttp import WSMsgType
 from yarl import URL
 
 from sseproxy.config import load
-from sseproxy.shell import websocket, ws_upstream
 from sseproxy.shell.app import STATE, create_app
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.state import ProxyState
-from sseproxy.shell.ws_upstream import (
+from sseproxy.shell.websocket import session as websocket
+from sseproxy.shell.websocket import upstream as ws_upstream
+from sseproxy.shell.websocket.upstream import (
     ITEM_OVERHEAD,
     ITEMS_PER_YIELD,
     MAX_EVENTS_PER_TURN,

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
+from sseproxy.capture.sessions import MESSAGES_SUFFIX, SessionCapture, load_session
 from sseproxy.config import load
-from sseproxy.session_capture import MESSAGES_SUFFIX, SessionCapture, load_session
 from sseproxy.shell.app import STATE, create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.ws_upstream import WsUpstream
 
 pytestmark = pytest.mark.skipif(
@@ -227,8 +227,8 @@ async def test_a_capture_cut_at_its_cap_says_so_and_replays_partial(
 
 
 def test_one_message_more_than_the_cap_is_not_kept() -> None:
-    from sseproxy.capture import CaptureSettings
-    from sseproxy.session_capture import LINE_OVERHEAD, Direction, Kind
+    from sseproxy.capture.format import CaptureSettings
+    from sseproxy.capture.sessions import LINE_OVERHEAD, Direction, Kind
 
     cap = SessionCapture(CaptureSettings(Path("."), max_bytes=LINE_OVERHEAD + 10), "s", 0.0)
     cap.message(Direction.UPSTREAM, Kind.TEXT, b"x" * 10, 0.0)

@@ -24,7 +24,7 @@ from aiohttp import WSMsgType, web
 
 from sseproxy.config import load
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.egress_proxy import ConnectProxy
 from tests.integration.raw_upstream import LoopbackServer
 from tests.integration.ws_upstream import WsUpstream

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import WSMsgType, web
 
 from sseproxy.config import load
-from sseproxy.mock import MOCK_HEADER, MockServer, load_recordings, load_sessions
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
+from sseproxy.tools.mock import MOCK_HEADER, MockServer, load_recordings, load_sessions
 from tests.integration.test_websocket_capture import (  # noqa: F401  (fixtures)
     REALTIME,
     capturing,

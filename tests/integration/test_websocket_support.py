@@ -9,9 +9,9 @@ import json
 import pytest
 
 from sseproxy.config import load
-from sseproxy.shell import websocket
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import _exact_text_frames
+from sseproxy.shell.websocket import session as websocket
+from sseproxy.shell.websocket.session import _exact_text_frames
 
 UPGRADE = (
     b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

@@ -12,7 +12,7 @@ import pytest
 
 from sseproxy.config import load
 from sseproxy.shell.app import create_app
-from sseproxy.shell.websocket import SESSIONS_SUPPORTED
+from sseproxy.shell.websocket.session import SESSIONS_SUPPORTED
 from tests.integration.conftest import raw_exchange
 
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455's sample: base64 of 16 bytes

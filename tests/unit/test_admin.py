@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from sseproxy import admin
-from sseproxy.admin import admin_refusal, host_name
+from sseproxy.shell import admin
+from sseproxy.shell.admin import admin_refusal, host_name
 
 
 @dataclass

@@ -487,7 +487,7 @@ class TestTransport:
 
 
 def test_mock_serves_a_raw_event_stream_file_message_by_message(tmp_path) -> None:
-    from sseproxy.mock import from_body
+    from sseproxy.tools.mock import from_body
 
     data = text_stream("Hi")
     path = tmp_path / "converse.eventstream"

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sseproxy import capture_mask
-from sseproxy.capture import CaptureSettings, CaptureStore, load_capture
-from sseproxy.capture_mask import StreamMask, held_length
-from sseproxy.capture_writer import Writer
-from sseproxy.redact import Secrets
+from sseproxy.capture import mask as capture_mask
+from sseproxy.capture.format import CaptureSettings, load_capture
+from sseproxy.capture.mask import StreamMask, held_length
+from sseproxy.capture.store import CaptureStore
+from sseproxy.capture.writer import Writer
+from sseproxy.observe.redact import Secrets
 
 KEY = "gsk_" + "k3Y" * 12
 BODY = b'data: {"a":"' + KEY.encode() + b'"}\n\ndata: {"b":"Bearer ' + KEY.encode() + b'"}\n\n'
@@ -125,7 +126,7 @@ def test_a_capture_the_writer_falls_behind_stops_there_and_says_so(tmp_path: Pat
 
 
 def test_the_writer_thread_ends_when_idle_and_starts_again(monkeypatch) -> None:
-    from sseproxy import capture_writer
+    from sseproxy.capture import writer as capture_writer
 
     monkeypatch.setattr(capture_writer, "IDLE_SECONDS", 0.01)
     writer = Writer()
@@ -156,7 +157,7 @@ def test_a_streamed_capture_file_is_masked_on_disk(tmp_path: Path, pieces: list[
 
 
 def test_a_session_the_writer_falls_behind_keeps_its_first_messages(tmp_path: Path) -> None:
-    from sseproxy.session_capture import LINE_OVERHEAD, Direction, Kind, load_session
+    from sseproxy.capture.sessions import LINE_OVERHEAD, Direction, Kind, load_session
 
     store = CaptureStore(CaptureSettings(tmp_path))
     store.writer.max_queued = 2 * LINE_OVERHEAD + 10

@@ -241,7 +241,8 @@ def test_no_color_reaches_the_log_configuration(
 ) -> None:
     """NO_COLOR (https://no-color.org: any non-empty value) is read by the command line and
     handed to serve's and the demo's log configuration."""
-    from sseproxy import demo, server
+    from sseproxy import server
+    from sseproxy.tools import demo
 
     seen: list[bool] = []
 

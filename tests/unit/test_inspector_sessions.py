@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from sseproxy.inspector_sessions import SessionRetention, SessionView
-from sseproxy.redact import Secrets
-from sseproxy.shell.inspector import ByteBudget, Inspector
+from sseproxy.inspector.endpoints import ByteBudget, Inspector
+from sseproxy.inspector.sessions import SessionRetention, SessionView
+from sseproxy.observe.redact import Secrets
 
 
 def view(sid: str = "s1", budget: ByteBudget | None = None, **retention: int) -> SessionView:

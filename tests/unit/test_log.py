@@ -11,7 +11,7 @@ import sys
 import pytest
 import structlog
 
-from sseproxy import log
+from sseproxy.observe import log
 
 RECORD = {
     "state": "interrupted",
@@ -85,7 +85,7 @@ def printed(stdout: str, color: bool) -> str:
     """What a process configured with `color` prints on a real terminal or pipe as stdout."""
     program = (
         "import structlog\n"
-        "from sseproxy import log\n"
+        "from sseproxy.observe import log\n"
         f"log.configure('auto', 'info', color={color})\n"
         "structlog.get_logger().error('proxy.started', port=1)\n"
         "log.finish()\n"
@@ -257,7 +257,7 @@ def test_a_closed_stream_is_reported_not_raised(capsys) -> None:
 def test_a_broken_stdout_pipe_is_reported_once_and_the_process_exits_cleanly() -> None:
     program = (
         "import structlog\n"
-        "from sseproxy import log\n"
+        "from sseproxy.observe import log\n"
         "log.configure('json', 'info')\n"
         "for i in range(3):\n"
         "    structlog.get_logger().info('request.finished', n=i)\n"

@@ -16,9 +16,9 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sseproxy import log
-from sseproxy.log_writer import MAX_QUEUED_BYTES, DropCounter, LineWriter
-from sseproxy.metrics import Metrics, RecordsDropped
+from sseproxy.observe import log
+from sseproxy.observe.log_writer import MAX_QUEUED_BYTES, DropCounter, LineWriter
+from sseproxy.observe.metrics import Metrics, RecordsDropped
 
 WAIT = 30  # seconds: a guard against hanging, never a measure
 

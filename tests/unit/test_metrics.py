@@ -15,10 +15,10 @@ from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, 
 from sseproxy.core import dialects as registry
 from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
-from sseproxy.core.dialects.sessions import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
 from sseproxy.core.eventstream import Corruption
 from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
-from sseproxy.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
+from sseproxy.core.sessions.judges import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
+from sseproxy.observe.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 
 CORE = Path(__file__).resolve().parents[2] / "sseproxy" / "core"
@@ -215,7 +215,7 @@ def test_a_new_dialect_gets_its_metrics_from_its_spec(monkeypatch, includes: boo
 
 
 def test_metrics_names_no_dialect() -> None:
-    source = (CORE.parent / "metrics.py").read_text("utf-8")
+    source = (CORE.parent / "observe" / "metrics.py").read_text("utf-8")
     assert "Dialect." not in source
     named = [str(d) for d in Dialect if f'"{d}"' in source]
     assert named == []

@@ -19,9 +19,10 @@ from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.shell import record as records
-from sseproxy.shell import state, websocket
+from sseproxy.shell import state
 from sseproxy.shell.delivery import ClientDelivery
 from sseproxy.shell.ledger import Links
+from sseproxy.shell.websocket import session as websocket
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Fields the log line adds around every record (log.py), not record.py's.
@@ -102,7 +103,7 @@ def test_every_anomaly_is_in_the_readme() -> None:
         | {websocket.NOT_JUDGED},
         first_column("### Anomalies"),
         "anomaly names",
-        "### Anomalies table (core/anomalies.py, shell/record.py, shell/websocket.py)",
+        "### Anomalies table (core/anomalies.py, shell/record.py, shell/websocket/session.py)",
     )
 
 

@@ -23,9 +23,6 @@ from hypothesis import strategies as st
 from yarl import URL
 
 from bench.record_cost import CASES, exchange
-from sseproxy import log
-from sseproxy import metrics as metrics_module
-from sseproxy import redact as redact_module
 from sseproxy.config import Route
 from sseproxy.core import (
     Dialect,
@@ -39,8 +36,11 @@ from sseproxy.core import (
     Usage,
     Verdict,
 )
-from sseproxy.log import json_ready
-from sseproxy.metrics import (
+from sseproxy.observe import log
+from sseproxy.observe import metrics as metrics_module
+from sseproxy.observe import redact as redact_module
+from sseproxy.observe.log import json_ready
+from sseproxy.observe.metrics import (
     MAX_TOKENS_PER_SECOND,
     NO_ROUTE_OUTCOMES,
     OUTCOMES,
@@ -48,7 +48,7 @@ from sseproxy.metrics import (
     Metrics,
     token_kinds,
 )
-from sseproxy.redact import SECRET_KEYS, Secrets
+from sseproxy.observe.redact import SECRET_KEYS, Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell import state
 from tests.corpus import body, manifest

@@ -19,16 +19,16 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from bench.record_cost import CASES, KEY, exchange
-from sseproxy import log
 from sseproxy.core import Dialect, FinishCategory, State, StreamTap
-from sseproxy.core.dialects.sessions import TurnResult, session_spec
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
-from sseproxy.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
-from sseproxy.redact import REDACTED
+from sseproxy.core.sessions.judges import TurnResult, session_spec
+from sseproxy.observe import log
+from sseproxy.observe.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
+from sseproxy.observe.redact import REDACTED
 from sseproxy.shell import record as records
 from sseproxy.shell.ledger import Links
-from sseproxy.shell.websocket import turn_fields
+from sseproxy.shell.websocket.session import turn_fields
 from tests.record_contract import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[2]

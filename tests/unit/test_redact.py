@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sseproxy.admin import token_matches
-from sseproxy.redact import NO_SECRETS, REDACTED, Secrets
+from sseproxy.observe.redact import NO_SECRETS, REDACTED, Secrets
+from sseproxy.shell.admin import token_matches
 
 GROQ = "gsk_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"
 XAI = "xai-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"

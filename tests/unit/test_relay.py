@@ -10,9 +10,9 @@ from typing import Any
 
 from sseproxy.core import Dialect, EndReason, StreamTap
 from sseproxy.core.pacing import Pacing
+from sseproxy.inspector.endpoints import StreamView
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.errors import Ended
-from sseproxy.shell.inspector import StreamView
 from sseproxy.shell.relay import Identity, IdleWatch, Parts, Relay
 from sseproxy.shell.state import Timings
 from sseproxy.shell.upstream import UpstreamEnd

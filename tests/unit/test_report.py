@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from sseproxy.cli import main
-from sseproxy.report import Bounds, Summary, page, text
-from sseproxy.report.bounded import OTHER, Reservoir, Timeline, TopN
-from sseproxy.report.lines import TOO_LONG, read_lines
-from sseproxy.report.summary import MAX_KEY_CHARS, MAX_WHAT_CHARS, parse_time
-from sseproxy.report.tables import report
+from sseproxy.tools.report import Bounds, Summary, page, text
+from sseproxy.tools.report.bounded import OTHER, Reservoir, Timeline, TopN
+from sseproxy.tools.report.lines import TOO_LONG, read_lines
+from sseproxy.tools.report.summary import MAX_KEY_CHARS, MAX_WHAT_CHARS, parse_time
+from sseproxy.tools.report.tables import report
 
 
 def line(**fields: Any) -> bytes:

@@ -23,19 +23,19 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from bench.record_cost import CASES, exchange
-from sseproxy import log
-from sseproxy import redact as redact_module
 from sseproxy.config import Route
 from sseproxy.core import TapOptions
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.request import RequestFacts as CoreRequestFacts
-from sseproxy.log import json_ready, json_rendered
-from sseproxy.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
+from sseproxy.inspector.endpoints import Inspector, StreamView, Viewer
+from sseproxy.observe import log
+from sseproxy.observe import redact as redact_module
+from sseproxy.observe.log import json_ready, json_rendered
+from sseproxy.observe.redact import REDACTED, SECRET_KEYS, SENSITIVE_NAME, Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell import state as state_module
 from sseproxy.shell import upstream
 from sseproxy.shell.admission import INJECT_HEADER
-from sseproxy.shell.inspector import Inspector, StreamView, Viewer
 from sseproxy.shell.tapping import tap_options
 from sseproxy.shell.upstream import headers as upstream_headers
 from tests.unit.test_record_paths import (

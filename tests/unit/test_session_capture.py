@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-from sseproxy.core.dialects.sessions import audio_bytes
-from sseproxy.redact import Secrets
-from sseproxy.session_capture import Direction, Kind, Line, line_json, with_audio, without_audio
+from sseproxy.capture.sessions import Direction, Kind, Line, line_json, with_audio, without_audio
+from sseproxy.core.sessions.judges import audio_bytes
+from sseproxy.observe.redact import Secrets
 
 PCM = base64.b64encode(bytes(4801)).decode()  # one byte past a multiple of 3: padded
 
@@ -64,9 +64,9 @@ def test_a_line_is_text_when_utf8_else_base64_and_masked_either_way() -> None:
 def test_turn_records_past_the_bound_are_counted_not_kept(monkeypatch) -> None:
     from pathlib import Path
 
-    from sseproxy import session_capture
-    from sseproxy.capture import CaptureSettings
-    from sseproxy.session_capture import SessionCapture
+    from sseproxy.capture import sessions as session_capture
+    from sseproxy.capture.format import CaptureSettings
+    from sseproxy.capture.sessions import SessionCapture
 
     monkeypatch.setattr(session_capture, "MAX_TURN_RECORDS", 2)
     cap = SessionCapture(CaptureSettings(Path(".")), "s", 0.0)
@@ -78,8 +78,8 @@ def test_turn_records_past_the_bound_are_counted_not_kept(monkeypatch) -> None:
 def test_a_replay_without_every_turn_record_compares_the_session_counts() -> None:
     import io
 
-    from sseproxy.session_capture import SessionFile
-    from sseproxy.session_replay import replay_session
+    from sseproxy.capture.sessions import SessionFile
+    from sseproxy.tools.session_replay import replay_session
 
     created = {"type": "response.created", "response": {"id": "r"}}
     done = {"type": "response.done", "response": {"id": "r", "status": "completed"}}

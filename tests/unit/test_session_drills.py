@@ -1,4 +1,4 @@
-"""WebSocket drills (core/dialects/session_drills.py): what each rule makes of the upstream's messages."""
+"""WebSocket drills (core/sessions/drills.py): what each rule makes of the upstream's messages."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sseproxy.core.dialects.session_drills import End, Send, SessionDrill
-from sseproxy.core.dialects.sessions import SessionDialect
 from sseproxy.core.inject import InjectionError, parse_rules
+from sseproxy.core.sessions.drills import End, Send, SessionDrill
+from sseproxy.core.sessions.judges import SessionDialect
 
 
 def steps(rules: str, dialect: SessionDialect, *messages: dict) -> list:

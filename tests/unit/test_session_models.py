@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sseproxy.core import EndReason
-from sseproxy.core.dialects.sessions import (
+from sseproxy.core.sessions.judges import (
     GeminiLiveJudge,
     RealtimeJudge,
     ResponsesJudge,

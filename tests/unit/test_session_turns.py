@@ -1,4 +1,4 @@
-"""The turn state rules of WebSocket sessions (core/dialects/sessions.py), dialect by dialect."""
+"""The turn state rules of WebSocket sessions (core/sessions/judges.py), dialect by dialect."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sseproxy.core import EndReason
-from sseproxy.core.dialects.sessions import (
+from sseproxy.core.sessions.judges import (
     GeminiLiveJudge,
     RealtimeJudge,
     ResponsesJudge,
@@ -377,7 +377,7 @@ def test_more_open_turns_than_the_bound_are_counted_not_kept() -> None:
 
 
 def test_five_sessions_in_ten_seconds_with_the_same_key_are_a_reconnect_loop() -> None:
-    from sseproxy.core.dialects.sessions import ReconnectWatch
+    from sseproxy.core.sessions.judges import ReconnectWatch
 
     watch = ReconnectWatch()
     assert [watch.opened("openai", ("k1",), t * 0.3) for t in range(5)] == [False] * 4 + [True]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, with_transport
 from sseproxy.core.eventstream import event
 from sseproxy.core.request import RequestFacts, request_facts
-from sseproxy.replay import ReplayOptions, replay
+from sseproxy.tools.replay import ReplayOptions, replay
 from tests.streams import chat_chunk, cut, ndjson, sse, verdict_of
 
 

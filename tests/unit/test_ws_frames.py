@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from sseproxy.shell.ws_frames import FrameCursor
+from sseproxy.shell.websocket.frames import FrameCursor
 
 
 def frame(payload: bytes, masked: bool = False) -> bytes:

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from sseproxy.shell.ws_inflate import IN_SLICE, Inflater
+from sseproxy.shell.websocket.inflate import IN_SLICE, Inflater
 
 
 def deflated(data: bytes, deflater: zlib._Compress) -> bytes:

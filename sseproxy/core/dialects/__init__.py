@@ -10,11 +10,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import Framing, SSEEvent
-from ..eventstream import EventMessage
-from ..jsonvalue import loads
-from ..verdict import Dialect
-from . import (
+from sseproxy.core.dialects import (
     anthropic_messages,
     bedrock_converse,
     bedrock_invoke,
@@ -27,8 +23,12 @@ from . import (
     sse,
     vercel_ui,
 )
-from .base import Assembler, Outcome
-from .spec import DialectSpec
+from sseproxy.core.dialects.base import Assembler, Outcome
+from sseproxy.core.dialects.spec import DialectSpec
+from sseproxy.core.events import Framing, SSEEvent
+from sseproxy.core.eventstream import EventMessage
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.verdict import Dialect
 
 __all__ = [
     "SPECS",

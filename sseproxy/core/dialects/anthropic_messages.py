@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..events import SSEEvent
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig, dumps
-from .spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dig, dumps
+from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),

@@ -13,10 +13,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..events import Line, SSEEvent
-from ..jsonvalue import loads
-from ..request import RequestFacts
-from ..verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
+from sseproxy.core.events import Line, SSEEvent
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.request import RequestFacts
+from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
 
 # Assembled text is kept only for tests, `replay --content` and the operator's optional content
 # view; counting never needs it. 4 Mi code points covers any real answer while bounding memory.

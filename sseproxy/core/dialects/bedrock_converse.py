@@ -14,12 +14,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..events import Framing
-from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, EventStreamDecoder, event, exception
-from ..jsonvalue import loads
-from ..verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig, dumps
-from .spec import DialectSpec, Drills
+from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dig, dumps
+from sseproxy.core.dialects.spec import DialectSpec, Drills
+from sseproxy.core.events import Framing
+from sseproxy.core.eventstream import (
+    EVENTSTREAM_MEDIA_TYPE,
+    EventMessage,
+    EventStreamDecoder,
+    event,
+    exception,
+)
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),

@@ -16,14 +16,14 @@ import binascii
 import json
 from typing import Any
 
-from ..events import Framing, SSEEvent
-from ..eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
-from ..jsonvalue import loads
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .anthropic_messages import EVENTS, AnthropicMessagesAssembler
-from .base import Outcome, as_int, dig
-from .bedrock_converse import first_message, injected_exception, on_exception
-from .spec import DialectSpec, Drills
+from sseproxy.core.dialects.anthropic_messages import EVENTS, AnthropicMessagesAssembler
+from sseproxy.core.dialects.base import Outcome, as_int, dig
+from sseproxy.core.dialects.bedrock_converse import first_message, injected_exception, on_exception
+from sseproxy.core.dialects.spec import DialectSpec, Drills
+from sseproxy.core.events import Framing, SSEEvent
+from sseproxy.core.eventstream import EVENTSTREAM_MEDIA_TYPE, EventMessage, event
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 ANTHROPIC_TYPES = EVENTS | {"ping", "error"}
 METRICS = "amazon-bedrock-invocationMetrics"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import SSEEvent
-from ..verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dig
-from .spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dig
+from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State, Usage
 
 FINISH_REASONS = {
     "COMPLETE": (State.COMPLETED, FinishCategory.STOP),

@@ -22,7 +22,7 @@ import re
 from itertools import pairwise
 from typing import Any
 
-from ..jsonvalue import loads
+from sseproxy.core.jsonvalue import loads
 
 _CONTROL = re.compile("[\x00-\x1f]")  # JSON forbids them raw in a string
 _PLAIN_CHOICE_KEYS = {"index", "delta", "logprobs", "finish_reason"}

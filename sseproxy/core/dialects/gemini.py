@@ -10,10 +10,19 @@ import itertools
 import re
 from typing import Any
 
-from ..events import SSEEvent
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import MAX_CHOICES, MAX_INDEX, Assembler, Outcome, ToolCallBuffer, as_int, dig, dumps
-from .spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.base import (
+    MAX_CHOICES,
+    MAX_INDEX,
+    Assembler,
+    Outcome,
+    ToolCallBuffer,
+    as_int,
+    dig,
+    dumps,
+)
+from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 CATEGORY = {
     "STOP": FinishCategory.STOP,

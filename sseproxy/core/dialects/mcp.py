@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..events import SSEEvent
-from ..request import RequestFacts
-from ..verdict import Dialect, ErrorInfo, FinishCategory, State
-from .base import Assembler, Outcome, ident
-from .spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.base import Assembler, Outcome, ident
+from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.request import RequestFacts
+from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State
 
 CANCELLED = "notifications/cancelled"
 # The header a server names its session with; a request carries it back (never a secret the

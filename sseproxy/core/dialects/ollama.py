@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..events import Framing, Line
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import Assembler, Outcome, as_int, dumps
-from .spec import NDJSON_MEDIA_TYPE, DialectSpec, Drills
+from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dumps
+from sseproxy.core.dialects.spec import NDJSON_MEDIA_TYPE, DialectSpec, Drills
+from sseproxy.core.events import Framing, Line
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 DONE_REASONS = {
     "stop": (State.COMPLETED, FinishCategory.STOP),

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..events import SSEEvent
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .azure import filter_anomalies, is_annotation
-from .base import MAX_CHOICES, Assembler, Outcome, as_int, dig
-from .fastpath import PAD, TEXT, Shape, is_plain_delta
-from .spec import DialectSpec, Drills, done_marker, generic_error
+from sseproxy.core.dialects.azure import filter_anomalies, is_annotation
+from sseproxy.core.dialects.base import MAX_CHOICES, Assembler, Outcome, as_int, dig
+from sseproxy.core.dialects.fastpath import PAD, TEXT, Shape, is_plain_delta
+from sseproxy.core.dialects.spec import DialectSpec, Drills, done_marker, generic_error
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE

@@ -10,9 +10,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..events import SSEEvent
-from ..verdict import Dialect, FinishCategory, State, Usage
-from .base import (
+from sseproxy.core.dialects.base import (
     MAX_INDEX,
     Assembler,
     ContentStore,
@@ -23,7 +21,9 @@ from .base import (
     error_info,
     ident,
 )
-from .spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 TERMINALS = {
     "response.completed": State.COMPLETED,

@@ -10,11 +10,11 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import Framing, SSEEvent
-from ..eventstream import EventMessage
-from ..request import RequestFacts
-from ..verdict import Dialect
-from .base import Assembler
+from sseproxy.core.dialects.base import Assembler
+from sseproxy.core.events import Framing, SSEEvent
+from sseproxy.core.eventstream import EventMessage
+from sseproxy.core.request import RequestFacts
+from sseproxy.core.verdict import Dialect
 
 SSE_MEDIA_TYPE = "text/event-stream"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"

@@ -6,11 +6,11 @@ one cut mid-body is `interrupted`. An event that is only an error object still f
 
 from __future__ import annotations
 
-from ..events import Framing, SSEEvent
-from ..jsonvalue import loads
-from ..verdict import Dialect
-from .base import Assembler
-from .spec import DialectSpec, Drills, done_marker, generic_error
+from sseproxy.core.dialects.base import Assembler
+from sseproxy.core.dialects.spec import DialectSpec, Drills, done_marker, generic_error
+from sseproxy.core.events import Framing, SSEEvent
+from sseproxy.core.jsonvalue import loads
+from sseproxy.core.verdict import Dialect
 
 
 class PlainSSEAssembler(Assembler):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import SSEEvent
-from ..verdict import Dialect, FinishCategory, State
-from .base import Assembler, Outcome, dumps, ident
-from .spec import DialectSpec, Drills, done_marker
+from sseproxy.core.dialects.base import Assembler, Outcome, dumps, ident
+from sseproxy.core.dialects.spec import DialectSpec, Drills, done_marker
+from sseproxy.core.events import SSEEvent
+from sseproxy.core.verdict import Dialect, FinishCategory, State
 
 FINISH = {
     None: (State.COMPLETED, FinishCategory.STOP),

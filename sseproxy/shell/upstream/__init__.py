@@ -9,12 +9,18 @@ something before it can take them calls `response.pause_reading()` first, and
 `resume_reading()` when ready.
 """
 
-from .connection import PoolStats, UpstreamResponse
-from .egress import EgressProxy, ProxySettings
-from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
-from .headers import HOP_BY_HOP, REQUEST_DROP, forwardable, head_refusal, upstream_url
-from .parser import Framing
-from .pool import UpstreamPool
+from sseproxy.shell.upstream.connection import PoolStats, UpstreamResponse
+from sseproxy.shell.upstream.egress import EgressProxy, ProxySettings
+from sseproxy.shell.upstream.facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
+from sseproxy.shell.upstream.headers import (
+    HOP_BY_HOP,
+    REQUEST_DROP,
+    forwardable,
+    head_refusal,
+    upstream_url,
+)
+from sseproxy.shell.upstream.parser import Framing
+from sseproxy.shell.upstream.pool import UpstreamPool
 
 __all__ = [
     "HOP_BY_HOP",

@@ -10,10 +10,10 @@ import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...core import EndReason
-from .egress import EgressProxy
-from .facts import UpstreamFailed, bounded
-from .parser import Head, ResponseParser
+from sseproxy.core import EndReason
+from sseproxy.shell.upstream.egress import EgressProxy
+from sseproxy.shell.upstream.facts import UpstreamFailed, bounded
+from sseproxy.shell.upstream.parser import Head, ResponseParser
 
 HAPPY_EYEBALLS_DELAY = 0.25
 # The protocol a connection is opened for: the pool's HTTP/1.1 one, or a WebSocket session's.

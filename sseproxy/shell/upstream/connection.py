@@ -16,9 +16,16 @@ from typing import cast
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ...core import EndReason
-from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed, bounded
-from .parser import Framing, Head, ResponseParser
+from sseproxy.core import EndReason
+from sseproxy.shell.upstream.facts import (
+    LIMITS,
+    BodyReceiver,
+    Limits,
+    UpstreamEnd,
+    UpstreamFailed,
+    bounded,
+)
+from sseproxy.shell.upstream.parser import Framing, Head, ResponseParser
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...core import EndReason
+from sseproxy.core import EndReason
 
 # Human text in a record stays readable: a parser message can quote a whole malformed line.
 MAX_CAUSE_CHARS = 300

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from multidict import CIMultiDict
 from yarl import URL
 
-from ...config import Route
+from sseproxy.config import Route
 
 # RFC 9110 §7.6.1: connection-specific fields a proxy must not forward. `Expect` too: the
 # proxy has read the whole body before it connects, so nobody will answer a `100 Continue`.

@@ -19,8 +19,8 @@ from enum import Enum
 
 import httptools
 
-from .facts import LIMITS, Limits, bounded
-from .headers import head_refusal
+from sseproxy.shell.upstream.facts import LIMITS, Limits, bounded
+from sseproxy.shell.upstream.headers import head_refusal
 
 _END = b"\r\n\r\n"
 # The body pieces of one read are joined up to this size before they go to the relay.

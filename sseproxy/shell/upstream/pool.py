@@ -15,12 +15,17 @@ from types import MappingProxyType
 
 from yarl import URL
 
-from ...core import EndReason
-from .connect import P, open_connection, tls_context
-from .connection import Exchange, PoolStats, UpstreamConnection, UpstreamResponse
-from .egress import EgressProxy, ProxySettings
-from .facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
-from .request import request_bytes
+from sseproxy.core import EndReason
+from sseproxy.shell.upstream.connect import P, open_connection, tls_context
+from sseproxy.shell.upstream.connection import (
+    Exchange,
+    PoolStats,
+    UpstreamConnection,
+    UpstreamResponse,
+)
+from sseproxy.shell.upstream.egress import EgressProxy, ProxySettings
+from sseproxy.shell.upstream.facts import LIMITS, BodyReceiver, Limits, UpstreamEnd, UpstreamFailed
+from sseproxy.shell.upstream.request import request_bytes
 
 Key = tuple[str, str, int, EgressProxy | None]
 _NO_ENVIRON: Mapping[str, str] = MappingProxyType({})

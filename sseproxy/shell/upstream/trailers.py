@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from .headers import HOP_BY_HOP
+from sseproxy.shell.upstream.headers import HOP_BY_HOP
 
 # Names a trailer section must never carry to the client (RFC 9110 §6.5.1's kinds).
 FORBIDDEN = HOP_BY_HOP | frozenset(

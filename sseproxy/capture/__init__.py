@@ -1,0 +1,1 @@
+"""Capture files: the format, HTTP bodies and WebSocket sessions, written off the event loop."""

@@ -1,0 +1,1 @@
+"""Pure WebSocket session judges and their drills, one dialect family each, like `core/dialects`."""

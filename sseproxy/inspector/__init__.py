@@ -1,0 +1,1 @@
+"""The inspector: its endpoints, the event list and the session rows it shows."""

@@ -1,0 +1,1 @@
+"""WebSocket sessions: the handshake, the upstream leg, the two pumps and the session's capture."""
