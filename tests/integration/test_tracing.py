@@ -115,7 +115,7 @@ async def test_interrupted_stream_span_is_an_error(upstream, aiohttp_client, log
 async def test_otlp_http_export_reaches_a_receiver(
     upstream, aiohttp_server, aiohttp_client, logs, monkeypatch
 ) -> None:
-    """As README says for Phoenix / Langfuse: headers and the project's resource attribute
+    """As docs/metrics-and-opentelemetry.md says for Phoenix / Langfuse: headers and the project's resource attribute
     come from the standard OTEL_* variables."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
