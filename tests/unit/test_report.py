@@ -449,3 +449,13 @@ def test_the_page_shows_drills_apart_and_charts_with_axes_and_values() -> None:
     assert "time to first token (log scale)" in html
     assert ">100 ms<" in html and ">1.00 s<" in html
     assert '<text x="' in html and 'class="value">2</text>' in html
+
+
+def test_a_log_of_drills_only_still_makes_every_rendering() -> None:
+    summary = Summary().feed(
+        [line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=1"])]
+    )
+    data = report(summary)
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (0, 1)
+    assert "0 requests and 1 drills (counted apart)" in text.render(data)
+    assert "<h2>Drills</h2>" in page.render(summary)
