@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from sseproxy.core import StreamTap, TapItem
 from sseproxy.inspector.event_list import EventList, raw_view
 from sseproxy.inspector.sessions import SessionRetention, SessionView
 from sseproxy.observe.redact import NO_SECRETS, Secrets
@@ -163,6 +164,18 @@ class StreamView:
         upstream's errors, as `sseproxy report` does (its 502 for an unreachable upstream
         carries the cut and is not one)."""
         return self.state == "http_error" and self.answered_by == "proxy" and not self.interruption
+
+    # -- a TapObserver of the proxy's tap: its chunks only (the list is rebuilt from them) --
+
+    @property
+    def watching(self) -> bool:
+        return False
+
+    def on_chunk(self, chunk: Bytes) -> None:
+        self.chunk(chunk, time.monotonic())
+
+    def on_item(self, item: TapItem) -> None:
+        """Never called: the view watches chunks only, which keeps the tap's fast paths."""
 
     def chunk(self, data: Bytes, arrived: float) -> None:
         """The relay fed the tap this chunk at `arrived` (monotonic): keep it, within bounds.
@@ -341,10 +354,10 @@ class Inspector:
         self.streams[view.request_id] = view
         self.active[view.request_id] = view
         self._trim_ring()
-        if self.keep_content and self.retention.streams > 0 and hasattr(view.tap, "observer"):
+        if self.keep_content and self.retention.streams > 0 and isinstance(view.tap, StreamTap):
             view.budget = self.budget
             view.stream_bytes = self.retention.stream_bytes
-            view.tap.observer = view.chunk
+            view.tap.observe(view)
         self.publish(view)
 
     def _trim_ring(self) -> None:
@@ -379,8 +392,8 @@ class Inspector:
             view = StreamView(request_id, record["method"], record["path"], began, 0.0)
             self.streams[request_id] = view
             self._trim_ring()
-        if view.tap is not None and getattr(view.tap, "observer", None) is not None:
-            view.tap.observer = None
+        if isinstance(view.tap, StreamTap):
+            view.tap.observe(None)
         view.tap = None
         view.record = dict(record)
         view.route = record.get("route")

@@ -81,6 +81,7 @@ def test_lines_that_are_not_records_are_counted_never_fatal() -> None:
     )
     assert data["lines"] == {
         "records": 2,
+        "drills": 0,
         "sessions": 0,
         "unparseable": 3,
         "other_events": 1,
@@ -329,6 +330,7 @@ def test_sessions_are_counted_by_how_they_closed_apart_from_the_requests() -> No
     )
     assert data["lines"] == {
         "records": 1,
+        "drills": 0,
         "sessions": 4,
         "unparseable": 0,
         "other_events": 0,
@@ -381,3 +383,79 @@ def test_the_terminal_and_the_page_show_sessions_only_when_there_are_some() -> N
     html = page.render(with_sessions)
     assert "<h2>Sessions</h2>" in html
     assert "&lt;i&gt;" in html and "<i>" not in html
+
+
+# -- drills --------------------------------------------------------------------------------
+
+DRILL_CUT = {"reason": "upstream_closed", "partial_event_bytes": 0}
+
+
+def test_drills_are_counted_apart_from_real_cuts_and_failures() -> None:
+    """A record with `injected` (the proxy's drill faults, as shell/record.py writes them) is a
+    drill: its cut is in `drills`, never in `cuts`, the states, the failure rates or the worst
+    list; a real cut of the same reason is still a real one."""
+    data = summarise(
+        line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=2"]),
+        line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=5"]),
+        line(state="failed", injected=["inject-error=2"], request_id="drill-error"),
+        line(state="completed", injected=["rechunk=1", "delay=1"]),
+        line(state="interrupted", interruption=DRILL_CUT, request_id="real-cut"),
+        line(state="completed"),
+    )
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (2, 4)
+    assert data["cuts"] == [{"reason": "upstream_closed", "requests": 1}]
+    assert data["states"] == {"completed": 1, "interrupted": 1}
+    [row] = data["by_model"]
+    assert (row["requests"], row["failures"]) == (2, 1)
+    assert [w["request_id"] for w in data["worst"]] == ["real-cut", "r"]
+    assert data["drills"] == {
+        "requests": 4,
+        "states": {"interrupted": 2, "completed": 1, "failed": 1},
+        "cuts": [{"reason": "upstream_closed", "requests": 2}],
+        "faults": [
+            {"fault": "cut-after=2", "requests": 1},
+            {"fault": "cut-after=5", "requests": 1},
+            {"fault": "delay=1", "requests": 1},
+            {"fault": "inject-error=2", "requests": 1},
+            {"fault": "rechunk=1", "requests": 1},
+        ],
+    }
+    shown = text.render(data)
+    assert "2 requests and 4 drills (counted apart)" in shown
+    assert "Drills: 4" in shown
+
+
+def test_an_empty_or_malformed_injected_is_no_drill() -> None:
+    data = summarise(line(injected=[]), line(injected="cut-after=1"), line(injected=None))
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (3, 0)
+
+
+def test_the_page_shows_drills_apart_and_charts_with_axes_and_values() -> None:
+    summary = Summary().feed(
+        [
+            line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=2"]),
+            line(ttft_ms=120.0, timestamp="2026-12-01T10:00:00Z"),
+            line(ttft_ms=340.0, timestamp="2026-12-01T10:05:00Z"),
+            line(ttft_ms=340.0, timestamp="2026-12-01T10:05:00Z"),
+        ]
+    )
+    html = page.render(summary)
+    assert "<h2>Drills</h2>" in html and "cut-after=2" in html
+    assert "and 1 drills, counted apart" in html
+    # the timeline: a count axis and a time axis, each with a title and values
+    assert "requests per " in html and "time (UTC, 2026-12-01)" in html
+    assert ">10:00<" in html or ">10:00:00<" in html
+    # the TTFT histogram: its axis in milliseconds, each bar's count written above it
+    assert "time to first token (log scale)" in html
+    assert ">100 ms<" in html and ">1.00 s<" in html
+    assert '<text x="' in html and 'class="value">2</text>' in html
+
+
+def test_a_log_of_drills_only_still_makes_every_rendering() -> None:
+    summary = Summary().feed(
+        [line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=1"])]
+    )
+    data = report(summary)
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (0, 1)
+    assert "0 requests and 1 drills (counted apart)" in text.render(data)
+    assert "<h2>Drills</h2>" in page.render(summary)

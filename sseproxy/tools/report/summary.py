@@ -2,6 +2,10 @@
 
 Every value in a record is treated as untrusted input: a field of the wrong type is read as
 absent, strings are cut to `MAX_KEY_CHARS`, and each table has a bound on distinct keys.
+
+A drill (a record whose `injected` lists the faults the proxy injected on purpose) is counted
+apart: its cut, error or delay is the drill's, not the upstream's, so it is in none of the
+tables of real traffic (states, failure rates, cuts, latency, worst) but in its own.
 """
 
 from __future__ import annotations
@@ -151,7 +155,8 @@ class Summary:
     bounds: Bounds = field(default_factory=Bounds)
     since: datetime.datetime | None = None
     until: datetime.datetime | None = None
-    records: int = 0
+    records: int = 0  # real requests: drills are counted apart
+    drills: int = 0  # requests with faults the proxy injected on purpose
     sessions: int = 0  # session.finished records: a WebSocket connection each
     session_turns: int = 0
     unparseable: int = 0
@@ -180,6 +185,10 @@ class Summary:
             keys, Count, (OTHER, OTHER, OTHER)
         )
         self.session_anomalies: Table[AnomalyCounts] = BoundedTable(keys, AnomalyCounts, OTHER)
+        # drills: by state, by the reason of their cut, by the faults injected
+        self.drill_states: Table[Count] = BoundedTable(keys, Count, OTHER)
+        self.drill_cuts: Table[Count] = BoundedTable(keys, Count, OTHER)
+        self.drill_rules: Table[Count] = BoundedTable(keys, Count, OTHER)
 
     def feed(self, lines: Iterable[bytes | TooLong]) -> Summary:
         for line in lines:
@@ -233,6 +242,9 @@ class Summary:
         moment = parse_time(record.get("timestamp"))
         if self._outside(moment):
             return
+        if is_drill(record):
+            self.drill(record)
+            return
         self.records += 1
         state = state_of(record)
         self.states.row(state).n += 1
@@ -262,6 +274,22 @@ class Summary:
             self.timeline.add(moment.timestamp(), index)
         rank = (float(SEVERITY.get(state, 0)), duration or 0.0)
         self.worst.offer(rank, lambda: worst_of(record, state, model, route, duration))
+
+    def drill(self, record: dict[str, Any]) -> None:
+        """A request the proxy injected faults into on purpose: counted apart."""
+        self.drills += 1
+        self.drill_states.row(state_of(record)).n += 1
+        interruption = record.get("interruption")
+        if isinstance(interruption, dict):
+            self.drill_cuts.row(_key(interruption.get("reason"))).n += 1
+        for rule in record["injected"][: self.bounds.keys]:
+            self.drill_rules.row(_key(rule)).n += 1
+
+
+def is_drill(record: dict[str, Any]) -> bool:
+    """The record lists faults the proxy injected (`--inject`, `x-sseproxy-inject`)."""
+    injected = record.get("injected")
+    return isinstance(injected, list) and len(injected) > 0
 
 
 def state_of(record: dict[str, Any]) -> str:

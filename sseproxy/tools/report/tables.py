@@ -9,7 +9,9 @@ from typing import Any
 from sseproxy.tools.report.bounded import Reservoir
 from sseproxy.tools.report.summary import STATES, TIMELINE_STATES, StateCounts, Summary
 
-REPORT_VERSION = 1  # of this JSON's shape
+# Of this JSON's shape. 2: drills (records with `injected`) are counted apart, in `drills`
+# and `lines.drills`, and are in none of the other tables (`lines.records` excludes them).
+REPORT_VERSION = 2
 
 
 def _iso(moment: datetime.datetime | None) -> str | None:
@@ -73,6 +75,7 @@ def report(summary: Summary) -> dict[str, Any]:
         "report_version": REPORT_VERSION,
         "lines": {
             "records": summary.records,
+            "drills": summary.drills,
             "sessions": summary.sessions,
             "unparseable": summary.unparseable,
             "other_events": summary.other_events,
@@ -121,6 +124,7 @@ def report(summary: Summary) -> dict[str, Any]:
             ],
         },
         "sessions": _sessions(summary),
+        "drills": _drills(summary),
         "bounds": {
             "keys": summary.bounds.keys,
             "reservoir": summary.bounds.reservoir,
@@ -139,6 +143,9 @@ def report(summary: Summary) -> dict[str, Any]:
                     ("latency", summary.latency),
                     ("session_closes", summary.session_closes),
                     ("session_anomalies", summary.session_anomalies),
+                    ("drill_states", summary.drill_states),
+                    ("drill_cuts", summary.drill_cuts),
+                    ("drill_rules", summary.drill_rules),
                 )
                 if table.overflowed
             },
@@ -163,4 +170,22 @@ def _sessions(summary: Summary) -> dict[str, Any]:
         "turns": summary.session_turns,
         "by_close": closes,
         "anomalies": anomalies,
+    }
+
+
+def _drills(summary: Summary) -> dict[str, Any]:
+    """Requests with faults the proxy injected on purpose, apart from the real ones."""
+
+    def counted(table: Any, name: str) -> list[dict[str, Any]]:
+        rows = [{name: k, "requests": v.n} for k, v in table.items()]
+        return sorted(rows, key=lambda r: (-r["requests"], r[name]))
+
+    return {
+        "requests": summary.drills,
+        "states": {
+            k: v.n
+            for k, v in sorted(summary.drill_states.items(), key=lambda kv: (-kv[1].n, kv[0]))
+        },
+        "cuts": counted(summary.drill_cuts, "reason"),
+        "faults": counted(summary.drill_rules, "fault"),
     }

@@ -56,7 +56,9 @@ def render(data: dict[str, Any]) -> str:
     states = list(data["states"])
     total = lines["records"]
     out = [
-        f"{total} requests, {span['first'] or '-'} .. {span['last'] or '-'}"
+        f"{total} requests"
+        + (f" and {lines['drills']} drills (counted apart)" if lines["drills"] else "")
+        + f", {span['first'] or '-'} .. {span['last'] or '-'}"
         f" ({lines['unparseable']} unparseable lines, {lines['other_events']} other events"
         + (f", {lines['outside_window']} outside the window" if lines["outside_window"] else "")
         + ")",
@@ -89,6 +91,7 @@ def render(data: dict[str, Any]) -> str:
     if data["cuts"]:
         rows = [[one_line(c["reason"]), str(c["requests"])] for c in data["cuts"][:TOP]]
         out += ["Cuts", *_table(["reason", "requests"], rows), ""]
+    out += _drills(data["drills"])
     sessions = data["sessions"]
     if sessions["count"]:
         rows = [
@@ -131,3 +134,18 @@ def render(data: dict[str, Any]) -> str:
             + " (the rest counted as (other))",
         ]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _drills(drills: dict[str, Any]) -> list[str]:
+    """Requests with injected faults: their states, cuts and faults, apart from real ones."""
+    if not drills["requests"]:
+        return []
+    states = "  ".join(f"{one_line(s)} {n}" for s, n in drills["states"].items())
+    out = [f"Drills: {drills['requests']} (faults injected by the proxy; not in the tables above)"]
+    out.append(f"  {states}")
+    if drills["cuts"]:
+        rows = [[one_line(c["reason"]), str(c["requests"])] for c in drills["cuts"][:TOP]]
+        out += _table(["drill cut", "requests"], rows)
+    rows = [[one_line(f["fault"]), str(f["requests"])] for f in drills["faults"][:TOP]]
+    out += [*_table(["fault", "requests"], rows), ""]
+    return out
