@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import ipaddress
 import math
 import os
 import re
@@ -553,6 +554,14 @@ def _validate(
                 raise ValueError
         except ValueError:
             bad("intercept_listen", "is not HOST:PORT")
+        else:
+            host = settings.intercept_listen.rpartition(":")[0].strip("[]")
+            if not _loopback(host) and not settings.allow_remote:
+                bad(
+                    "intercept_listen",
+                    "is not a loopback address: a forward proxy there would carry anyone's "
+                    "traffic anywhere (set allow_remote = true to allow it)",
+                )
     if settings.upstream and (problem := _upstream_problem(settings.upstream)):
         problems.append(f"upstream: {settings.public_upstream!r} {problem}")
     for key, choices in (
@@ -621,6 +630,15 @@ def _validate(
             bad(key, "must be positive")
     if not settings.routes and not settings.upstream and not route_problems:
         problems.append("no routes and no upstream: nothing could be forwarded")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_http_url(url: str) -> bool:

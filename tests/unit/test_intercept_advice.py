@@ -59,12 +59,12 @@ def test_ca_env_prints_only_export_lines_for_the_configured_listener(
 ) -> None:
     folder = tmp_path / "elsewhere"
     code, out = run_ca(
-        ["--env", "--ca-dir", str(folder), "--intercept-listen", "0.0.0.0:9"], data_home, capsys
+        ["--env", "--ca-dir", str(folder), "--intercept-listen", "localhost:9"], data_home, capsys
     )
     assert code == 0
     lines = out.splitlines()
     assert all(line.startswith("export ") for line in lines)
-    assert lines[0] == "export HTTPS_PROXY=http://127.0.0.1:9"
+    assert lines[0] == "export HTTPS_PROXY=http://localhost:9"
     assert f"export NODE_EXTRA_CA_CERTS={folder / 'sseproxy-ca.pem'}" in lines
     assert not (data_home / "sseproxy").exists()
 

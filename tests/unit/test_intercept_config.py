@@ -60,3 +60,17 @@ def test_bad_values_are_named(overrides: dict[str, object], problem: str) -> Non
     with pytest.raises(ConfigError) as caught:
         load(overrides=overrides)
     assert caught.value.problems == [problem]
+
+
+def test_a_forward_proxy_beyond_loopback_needs_allow_remote() -> None:
+    """A CONNECT proxy on a public address would carry anyone's traffic anywhere: refused at
+    startup, not only warned about as `listen` is."""
+    with pytest.raises(ConfigError) as caught:
+        load(overrides={"intercept_listen": "0.0.0.0:8791"})
+    [problem] = caught.value.problems
+    assert problem.startswith(
+        "intercept_listen: '0.0.0.0:8791' (--intercept-listen) is not a loopback"
+    )
+    allowed = load(overrides={"intercept_listen": "0.0.0.0:8791", "allow_remote": True})
+    assert allowed.intercept_listen == "0.0.0.0:8791"
+    assert load(overrides={"intercept_listen": "[::1]:0"}).intercept_listen == "[::1]:0"
