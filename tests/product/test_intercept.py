@@ -19,6 +19,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+import websockets
 
 from tests.product.fake_provider import FakeProvider
 from tests.product.proxy_process import ProxyProcess, start_proxy
@@ -299,3 +300,37 @@ def test_ca_dir_holds_a_private_key(intercepting: ProxyProcess) -> None:
     key = ca_file.with_name("sseproxy-ca-key.pem")
     assert key.stat().st_mode & 0o077 == 0
     assert "PRIVATE KEY" not in "".join(json.dumps(r) for r in intercepting.records())
+
+
+@pytest.mark.skipif(
+    int(websockets.__version__.split(".")[0]) < 15,
+    reason="websockets' client reaches an HTTP proxy from 15.0 (the floor run has 13.0)",
+)
+async def test_a_websocket_session_through_the_intercept(
+    intercepting: ProxyProcess, trusted: Fronts, fake: FakeProvider
+) -> None:
+    """`websockets` (15: HTTP proxies through CONNECT) to wss://localhost: the session is
+    relayed and judged as through the reverse proxy, its route the intercepted host."""
+    key = uuid.uuid4().hex
+    got = []
+    url = f"wss://localhost:{trusted.tls_port}/v1/echo?id={key}"
+    async with asyncio.timeout(CLIENT_TIMEOUT):
+        async with websockets.connect(
+            url, proxy=proxy_address(intercepting), ssl=client_tls(intercepting)
+        ) as ws:
+            got.append(await ws.recv())
+            await ws.send("ping ü 1")
+            got.append(await ws.recv())
+            await ws.send("bye")
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+    assert got == ["hello", "echo: ping ü 1"]
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4000, "done")
+    assert (await asyncio.to_thread(fake.session, key)).received == ["ping ü 1", "bye"]
+    [session] = await intercepting.wait_records(
+        lambda r: r["event"] == "session.finished" and r["path"] == f"/v1/echo?id={key}"
+    )
+    assert (session["dialect"], session["route"], session["turns"]) == ("websocket", "intercept", 0)
+    assert (session["close_code"], session["closed_by"]) == (4000, "upstream")
+    assert session["messages"] == {"client": 2, "upstream": 2}
