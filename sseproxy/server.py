@@ -227,9 +227,8 @@ async def serve(settings: Settings, loop_name: str) -> int:
     await signals.first.wait()
     if intercept is not None and intercept.listener.server is not None:
         intercept.listener.server.close()  # no new CONNECTs
-    await stop(runner, site, inflight, signals, settings.shutdown_grace)
-    if intercept is not None:
-        await intercept.listener.stop()
+    ending = intercept.listener.stop if intercept is not None else None
+    await stop(runner, site, inflight, signals, settings.shutdown_grace, ending)
     return 0
 
 
@@ -310,9 +309,15 @@ def announce(
 
 
 async def stop(
-    runner: Runner, site: web.TCPSite, inflight: InFlight, signals: Signals, grace: float
+    runner: Runner,
+    site: web.TCPSite,
+    inflight: InFlight,
+    signals: Signals,
+    grace: float,
+    also: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Stop accepting, wait up to `grace` from the first signal, cut what is left, clean up."""
+    """Stop accepting, wait up to `grace` from the first signal, cut what is left, clean up.
+    `also`: ended with the cut (the intercept listener's tunnels), before `proxy.stopped`."""
     loop = asyncio.get_running_loop()
     await site.stop()  # no new connections
     if runner.server is not None:
@@ -331,6 +336,8 @@ async def stop(
     if not signals.again.is_set() and remaining > 0:
         await first_of(inflight.idle.wait(), signals.again.wait(), timeout=remaining)
     cutting = await cut_remaining(app, inflight)
+    if also is not None:
+        await also()
     await runner.cleanup()  # close idle connections, on_cleanup: drain captures, close session
     logger.info("proxy.stopped", cut_streams=len(cutting), second_signal=signals.again.is_set())
 

@@ -40,6 +40,8 @@ HANDSHAKE_TIMEOUT = 10.0
 # Bytes a client may send after its TLS handshake before the HTTP server takes over (held
 # for one loop turn at most; beyond it the connection is closed).
 MAX_HELD_BYTES = 1024 * 1024
+# Seconds the stop gives CONNECTs being set up and closing tunnels to write their lines.
+STOP_WAIT = 0.5
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 REASONS = {400: "Bad Request", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
 REASONS |= {502: "Bad Gateway", 504: "Gateway Timeout", 408: "Request Timeout"}
@@ -120,7 +122,10 @@ class InterceptListener:
         for tunnel in list(self.tunnels):
             tunnel.close()
         if self.tasks:
-            await asyncio.wait(self.tasks, timeout=1.0)
+            await asyncio.wait(self.tasks, timeout=STOP_WAIT)
+        deadline = asyncio.get_running_loop().time() + STOP_WAIT
+        while self.tunnels and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # their connection_lost writes their lines
 
     def carry(self, transport: asyncio.Transport, connect: Connect, started: float) -> None:
         task = asyncio.get_running_loop().create_task(self._carry(transport, connect, started))
