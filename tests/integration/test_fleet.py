@@ -324,6 +324,10 @@ async def test_every_view_agrees_with_the_report(fleet_log, clickhouse, capsys) 
     assert rows(clickhouse, "SELECT * FROM sseproxy.failure_rate_by_route") == rates(
         data["by_route"], "route"
     )
+    assert rows(clickhouse, "SELECT * FROM sseproxy.failure_rate_by_client") == rates(
+        data["by_client"], "client", "version"
+    )
+    assert data["by_client"]  # the fleet's clients name themselves
     assert rows(clickhouse, "SELECT * FROM sseproxy.cuts_by_reason") == data["cuts"]
     assert rows(clickhouse, "SELECT * FROM sseproxy.anomalies_top") == data["anomalies"][:20]
     for view, metric in (("ttft_by_model", "ttft_ms"), ("duration_by_model", "duration_ms")):
