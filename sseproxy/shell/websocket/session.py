@@ -40,7 +40,7 @@ from sseproxy.core.sessions.judges import (
     parse_message,
     session_spec,
 )
-from sseproxy.inspector.endpoints import CONTENT_CHARS, shown_headers
+from sseproxy.inspector.endpoints import CONTENT_CHARS, inspected_client, shown_headers
 from sseproxy.inspector.sessions import SessionView
 from sseproxy.observe.clients import client_fields
 from sseproxy.observe.log import json_ready
@@ -607,6 +607,7 @@ def _inspected(
             secrets=secrets,
             live=s,
         )
+        view.run_id, view.client = inspected_client(facts.headers)
         state.inspector.session_started(view)
         s.view = view
 
