@@ -102,14 +102,17 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def body_keys(method: str, path: str, body: bytes, websocket: bool = False) -> BodyKeys:
+def body_keys(
+    method: str, path: str, body: bytes, websocket: bool = False, parsed: Any = ...
+) -> BodyKeys:
     """`body`'s identities (none beyond MAX_HASHED_BODY_BYTES; only `exact` beyond
     MAX_MEANING_BODY_BYTES or when it is no JSON object). `websocket`: `body` is a turn's
-    `response.create` message on the session's `path`."""
+    `response.create` message on the session's `path`. `parsed`: `body`'s JSON, when the
+    caller has it already (one parse per message)."""
     exact = body_key(method, path, body)
     if exact is None or len(body) > MAX_MEANING_BODY_BYTES:
         return BodyKeys(exact, websocket=websocket)
-    obj = parse_body(body)
+    obj = parse_body(body) if parsed is ... else parsed
     if not isinstance(obj, dict):
         return BodyKeys(exact, websocket=websocket)
     rest = {k: v for k, v in obj.items() if k not in TRANSPORT_FIELDS}

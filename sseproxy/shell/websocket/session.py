@@ -670,18 +670,20 @@ def _judged(
         return None
     _steps(state, x, s, step, now)
     if side == "client" and step.opened and s.ledger is not None:
-        _keep_keys(state, x, s, step.opened, data)
+        _keep_keys(state, x, s, step.opened, data, obj)
     if not isinstance(obj, dict) or not obj:
         return None
     name = obj.get("type")
     return (name if isinstance(name, str) else str(next(iter(obj))))[:MAX_NAME_CHARS]
 
 
-def _keep_keys(state: ProxyState, x: Exchange, s: Session, opened: list[int], data: bytes) -> None:
-    """The digests of the message that opened these turns (a `response.create`), for the
-    ledger; a failure costs the link, never the message."""
+def _keep_keys(
+    state: ProxyState, x: Exchange, s: Session, opened: list[int], data: bytes, obj: Any
+) -> None:
+    """The digests of the message that opened these turns (a `response.create`, `obj` as
+    parsed), for the ledger; a failure costs the link, never the message."""
     try:
-        keys = body_keys(x.facts.method, x.facts.path, data, websocket=True)
+        keys = body_keys(x.facts.method, x.facts.path, data, websocket=True, parsed=obj)
     except Exception:
         safecall(state, "log", lambda: log.exception("session.ledger_error"))
         return
