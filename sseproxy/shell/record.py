@@ -13,6 +13,7 @@ from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Verdict, wi
 from sseproxy.core.dialects import spec_for
 from sseproxy.core.dialects.mcp import SESSION_HEADER, session_findings
 from sseproxy.core.pacing import PacingSummary
+from sseproxy.observe.clients import client_fields
 from sseproxy.observe.log import json_rendered, json_safe
 from sseproxy.observe.record_schema import SCHEMA_VERSION
 from sseproxy.observe.redact import Secrets
@@ -182,6 +183,7 @@ def build_rendered(
         "model": facts.asked.model,
         "response_model": response_model,
         "stream": progress.stream,
+        **client_fields(facts.headers),
         **progress.timings.fields(time.monotonic()),
         **body,
     }
