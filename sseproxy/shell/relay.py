@@ -439,7 +439,7 @@ class Relay:
 
     def _account(self, arrived: float, now: float, size: int, deltas: int) -> None:
         parts = self.parts
-        parts.timings.chunk(arrived, now, deltas)
+        parts.timings.chunk(arrived, now, deltas, parts.tap.events)
         parts.pacing.content(arrived, deltas)
         if parts.stalls is not None:
             parts.stalls.chunk(arrived, deltas)

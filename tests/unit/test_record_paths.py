@@ -158,6 +158,7 @@ def test_to_dict_keeps_usage_raw_out() -> None:
         "total_tokens": None,
         "reasoning_tokens": None,
         "cached_tokens": None,
+        "cache_write_tokens": None,
     }
     assert out["dialect"] == "openai-chat" and type(out["dialect"]) is str
 
