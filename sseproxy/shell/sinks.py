@@ -45,7 +45,10 @@ def deliver(
     safecall(
         state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
     )
-    safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
+    chunks = progress.timings.chunk_times
+    safecall(
+        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record, chunks)
+    )
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
