@@ -50,7 +50,7 @@ class ContentDecodingError(Exception):
 
 def _brotli() -> Any:
     try:
-        import brotli  # type: ignore[import-not-found,unused-ignore]
+        import brotli  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         try:
             import brotlicffi as brotli  # type: ignore[import-not-found,unused-ignore,no-redef]
@@ -98,6 +98,16 @@ class BodyDecoder:
     @property
     def identity(self) -> bool:
         return self._zlib is None and self._brotli is None and not self._deflate_probe
+
+    @property
+    def finished(self) -> bool:
+        """The compressed stream reached its codec's own end (identity: always): a body cut
+        short decodes to a prefix, which this tells apart."""
+        if self._zlib is not None:
+            return bool(self._zlib.eof)
+        if self._brotli is not None:
+            return bool(self._brotli.is_finished())
+        return not self._deflate_probe
 
     @property
     def pending(self) -> bool:

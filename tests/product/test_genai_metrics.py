@@ -46,3 +46,28 @@ async def test_first_chunk_in_the_record_and_the_genai_histograms(proxy: ProxyPr
     ]
     assert counts and sum(counts) >= 1
     assert families["gen_ai_client_operation_time_per_output_chunk_seconds"].type == "histogram"
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+async def test_a_compressed_request_body_is_forwarded_as_sent_and_read_for_the_record(
+    proxy: ProxyProcess, encoding: str
+) -> None:
+    """A client that compresses its request body: the provider (here the fake, an aiohttp
+    server that inflates request bodies) gets the bytes the client sent, and the record still
+    names the model asked for (decoded from a bounded copy)."""
+    import gzip
+    import json
+
+    brotli = pytest.importorskip("brotli")
+    name = f"ok-{uuid.uuid4().hex[:10]}"
+    body = json.dumps({"model": name, "stream": True, "messages": []}).encode()
+    sent = gzip.compress(body) if encoding == "gzip" else brotli.compress(body)
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        http.post(proxy.url + "/v1/chat/completions", data=sent, headers=headers) as response,
+    ):
+        assert response.status == 200, await response.text()
+        await response.read()
+    [record] = await proxy.wait_records(lambda r: r.get("model") == name)
+    assert (record["state"], record["stream"]) == ("completed", True)
