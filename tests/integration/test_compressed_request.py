@@ -58,3 +58,29 @@ async def test_a_body_that_decodes_beyond_the_bound_names_nothing(
     [record] = await logs.wait()
     assert record["model"] is None  # unknown, as for any body beyond the parse bound
     assert fake.seen[0].body == sent
+
+
+async def test_the_span_reads_a_compressed_bodys_parameters(
+    upstream, aiohttp_server, aiohttp_client, logs
+) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sseproxy.config import load
+    from sseproxy.observe.tracing import Tracing
+    from sseproxy.shell.app import create_app
+    from tests.integration.conftest import SERVER_KWARGS
+    from tests.integration.test_tracing import spans_of
+
+    fake, url = upstream
+    fake.script(PATH, Script([Send(sse(chat_chunk("Hi"), chat_chunk(finish="stop"), "[DONE]"))]))
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    app = create_app(load(None, {}, {"upstream": url}), tracing=tracing)
+    client = await aiohttp_client(await aiohttp_server(app, **SERVER_KWARGS))
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 77}).encode()
+    sent = CODECS["zstd"](body)
+    response = await client.post(PATH, data=sent, headers={"Content-Encoding": "zstd"})
+    await response.read()
+    [span] = await spans_of(exporter, tracing, 1)
+    assert span.attributes["gen_ai.request.max_tokens"] == 77
+    assert span.attributes["gen_ai.request.model"] == "m"
