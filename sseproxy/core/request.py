@@ -9,7 +9,14 @@ from urllib.parse import parse_qs, unquote
 
 import orjson
 
-from sseproxy.core import mcp_request
+from sseproxy.core.mcp_request import (
+    LISTEN,
+    call_key,
+    protocol_version,
+    round_trip,
+    rpc_method,
+    stateless,
+)
 
 # The body is parsed for these facts only up to this size; a larger request (long context,
 # images) is forwarded all the same, its facts are just unknown.
@@ -50,12 +57,12 @@ class RequestFacts:
     @property
     def mcp_stateless(self) -> bool:
         """The request follows MCP 2026-07-28's rules (no resume; a disconnect cancels)."""
-        return mcp_request.stateless(self.mcp_version)
+        return stateless(self.mcp_version)
 
     @property
     def mcp_listen(self) -> bool:
         """A `subscriptions/listen` stream: meant to stay open until either side closes it."""
-        return self.rpc_method == mcp_request.LISTEN
+        return self.rpc_method == LISTEN
 
 
 def parse_body(body: bytes) -> Any:
@@ -99,7 +106,7 @@ def request_facts(
     rpc_id = fields.get("id") if rpc else None
     if not isinstance(rpc_id, str | int) or isinstance(rpc_id, bool):
         rpc_id = None
-    version = mcp_request.protocol_version(mcp_version, fields if rpc else {})
+    version = protocol_version(mcp_version, fields if rpc else {})
     return RequestFacts(
         model=model,
         stream=stream,
@@ -108,10 +115,10 @@ def request_facts(
         include_usage=bool(stream) and include_usage,
         rpc_id=rpc_id,
         background=fields.get("background") is True,
-        rpc_method=mcp_request.rpc_method(fields) if rpc else None,
+        rpc_method=rpc_method(fields) if rpc else None,
         mcp_version=version,
-        mcp_call=mcp_request.call_key(fields) if rpc and rpc_id is not None else None,
-        mcp_round_trip=rpc and mcp_request.round_trip(fields),
+        mcp_call=call_key(fields) if rpc and rpc_id is not None else None,
+        mcp_round_trip=rpc and round_trip(fields),
     )
 
 
