@@ -48,7 +48,7 @@ class ContentDecodingError(Exception):
     """The body could not be decoded with its declared Content-Encoding."""
 
 
-def _brotli() -> Any:
+def brotli_module() -> Any:
     try:
         import brotli  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
@@ -85,7 +85,7 @@ class BodyDecoder:
             self._zlib = zlib.decompressobj()
             self._deflate_probe = True  # some servers send raw deflate without the zlib header
         elif self.encoding == "br":
-            module = _brotli()
+            module = brotli_module()
             if module is None:
                 raise ContentDecodingError("br (install brotli to analyse it)")
             self._brotli = module.Decompressor()
@@ -98,16 +98,6 @@ class BodyDecoder:
     @property
     def identity(self) -> bool:
         return self._zlib is None and self._brotli is None and not self._deflate_probe
-
-    @property
-    def finished(self) -> bool:
-        """The compressed stream reached its codec's own end (identity: always): a body cut
-        short decodes to a prefix, which this tells apart."""
-        if self._zlib is not None:
-            return bool(self._zlib.eof)
-        if self._brotli is not None:
-            return bool(self._brotli.is_finished())
-        return not self._deflate_probe
 
     @property
     def pending(self) -> bool:

@@ -7,18 +7,19 @@ bounded: at most `MAX_DECODED_BYTES` come out (the size up to which a body is pa
 `request.MAX_PARSED_BODY_BYTES`); a body that decodes to more, that is cut or malformed, or
 whose codec is not installed gives no facts, as an undecodable body always did.
 
-gzip and deflate use the standard library, br the decoder the response side uses
-(`core.encoding`: `brotli` >= 1.2 or `brotlicffi`, when installed), zstd the `zstandard`
+gzip and deflate use the standard library, br `brotli` >= 1.2 when installed (its
+`output_buffer_limit` bounds a call's output, as on the response side), zstd the `zstandard`
 package when installed (Python 3.11 has no zstd of its own; `pip install 'sseproxy[zstd]'`).
 """
 
 from __future__ import annotations
 
 import io
+import zlib
 from enum import StrEnum
 from typing import Any
 
-from sseproxy.core.encoding import BodyDecoder, ContentDecodingError
+from sseproxy.core.encoding import brotli_module
 from sseproxy.core.request import MAX_PARSED_BODY_BYTES
 
 MAX_DECODED_BYTES = MAX_PARSED_BODY_BYTES
@@ -43,35 +44,49 @@ def _zstd() -> Any:
 def decode_request_body(
     body: bytes, content_encoding: str | None, cap: int = MAX_DECODED_BYTES
 ) -> bytes | Undecoded:
-    """The decoded body (the body itself when it is not encoded), or why there is none."""
+    """The decoded body (the body itself when it is not encoded), or why there is none. One
+    bounded call into the codec: at most `cap + 1` bytes are ever produced."""
     encoding = (content_encoding or "identity").strip().lower()
     if encoding in ("", "identity") or not body:
         return body
-    if "," in encoding:  # several codings stacked: no real client sends them
-        return Undecoded.UNSUPPORTED
+    if encoding in ("gzip", "x-gzip"):
+        return _inflate(body, (16 + zlib.MAX_WBITS,), cap)
+    if encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some clients send it
+        return _inflate(body, (zlib.MAX_WBITS, -zlib.MAX_WBITS), cap)
+    if encoding == "br":
+        return _unbrotli(body, cap)
     if encoding == "zstd":
         return _unzstd(body, cap)
-    try:
-        decoder = BodyDecoder(encoding)
-    except ContentDecodingError:
+    return Undecoded.UNSUPPORTED  # `compress`, several codings stacked, anything else
+
+
+def _inflate(body: bytes, window_bits: tuple[int, ...], cap: int) -> bytes | Undecoded:
+    for wbits in window_bits:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(body, cap + 1)
+        except zlib.error:
+            continue  # deflate: try the raw form next
+        if len(out) > cap:
+            return Undecoded.TOO_LARGE
+        return out if inflater.eof else Undecoded.MALFORMED  # a cut body yields a prefix
+    return Undecoded.MALFORMED
+
+
+def _unbrotli(body: bytes, cap: int) -> bytes | Undecoded:
+    module = brotli_module()
+    if module is None:
         return Undecoded.UNSUPPORTED
-    parts: list[bytes] = []
-    size = 0
+    decompressor = module.Decompressor()
+    if not hasattr(decompressor, "can_accept_more_data"):
+        return Undecoded.UNSUPPORTED  # before brotli 1.2 the output of a call is unbounded
     try:
-        piece = decoder.decode(body)
-        while True:
-            size += len(piece)
-            if size > cap:
-                return Undecoded.TOO_LARGE
-            parts.append(piece)
-            if not decoder.pending:
-                break
-            piece = decoder.decode(b"")
-        if not decoder.finished:
-            return Undecoded.MALFORMED
-    except ContentDecodingError:
+        out: bytes = decompressor.process(body, output_buffer_limit=cap + 1)
+    except module.error:
         return Undecoded.MALFORMED
-    return b"".join(parts)
+    if len(out) > cap:
+        return Undecoded.TOO_LARGE
+    return out if decompressor.is_finished() else Undecoded.MALFORMED
 
 
 def _unzstd(body: bytes, cap: int) -> bytes | Undecoded:
