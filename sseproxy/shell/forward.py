@@ -265,14 +265,17 @@ async def relay(
     p = x.progress
     assert p.tap is not None and p.view is not None and p.pacing is not None
     assert p.delivery is not None
+    # An MCP `subscriptions/listen` stream stays open until either side closes it: silence
+    # there is no stall, so neither the idle nor the content timeout cuts it.
+    listen = x.facts.asked.mcp_listen
     watch = IdleWatch(
-        settings.idle_timeout,
+        None if listen else settings.idle_timeout,
         lambda: upstream.abort(
             EndReason.IDLE_TIMEOUT, f"no upstream byte for {settings.idle_timeout} s"
         ),
     )
     stalls = None
-    if settings.content_timeout is not None:
+    if settings.content_timeout is not None and not listen:
         timeout = settings.content_timeout
         stalls = ContentWatch(
             timeout,

@@ -17,6 +17,12 @@ or an `overloaded_error`); a WebSocket turn's `response.create` sent as an HTTP 
 same target (`websocket_fallback`: Codex's). The original's record is never rewritten; the
 newer record carries the link.
 
+MCP from 2026-07-28 (a stateless request) has no resume: a `Last-Event-ID` links nothing, and a
+client re-issues a lost request under a new JSON-RPC id, so its retry is recognised by the call
+(`mcp_key`: route target, method, name and arguments), not by its bytes. A request answering an
+`input_required` result (it carries `inputResponses`) is the next round trip of that call: its
+record says which (`round_trip`), counted from the first.
+
 Bounded three ways, all configurable: streams kept (oldest evicted first), seconds kept after
 the end, events per stream (the tap's recorder keeps the last ones). What one stream costs
 does not grow with what a peer sends: ids are kept as `core.resume.cursor_key`s (at most 40
@@ -58,6 +64,8 @@ MAX_PREFIX_CHARS = 16 * 1024
 # States after which a re-sent request is a retry: the first answer was cut, or failed.
 RETRIED_STATES = frozenset({State.INTERRUPTED, State.CANCELLED, State.FAILED, State.HTTP_ERROR})
 RESPONSES_SEGMENT = "/responses/"
+# The finish reason of an MCP result that asks the client for input (a round trip follows).
+INPUT_REQUIRED = "input_required"
 # Request bodies hashed to recognise a retry; a larger one is never linked as one (hashing
 # 32 MiB on the event loop would hold every stream for tens of milliseconds).
 MAX_HASHED_BODY_BYTES = 4 * 1024 * 1024
@@ -166,6 +174,8 @@ class Kept:
     text: str | None  # the answer's first MAX_PREFIX_CHARS code points, when content is kept
     event_ids: frozenset[str]  # the keys of the SSE ids its events carried (`cursor_key`)
     target: str = ""  # `target_key` of its route's request target, for a Last-Event-ID lookup
+    finish_reason: str | None = None
+    round_trip: int = 1  # which round trip of an MCP call it was (1: the first request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +199,10 @@ class Ended:
     text: str | None  # the answer, when content is kept
     websocket: bool = False  # a WebSocket turn (its `keys` taken from its `response.create`)
     keys: BodyKeys | None = None  # digested already (a turn's, when its message came)
+    finish_reason: str | None = None
+    mcp_stateless: bool = False  # an MCP 2026-07-28 request: no resume; retries by call
+    mcp_call: str | None = None  # `RequestFacts.mcp_call`: the call without its id
+    mcp_round_trip: bool = False  # it carries `inputResponses`
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +211,7 @@ class Links:
 
     resume: ResumeLink | None = None
     retry: dict[str, Any] | None = None
+    round_trip: dict[str, Any] | None = None
 
     @property
     def anomalies(self) -> Counter[str]:
@@ -238,6 +253,16 @@ def body_key(method: str, path: str, body: bytes) -> str | None:
     if len(body) > MAX_HASHED_BODY_BYTES:
         return None
     return _digest(method.encode(), path.encode("utf-8", "surrogatepass"), body)
+
+
+def mcp_key(path: str, call: str) -> str:
+    """The identity of a stateless MCP call sent again: its target and the call without its
+    JSON-RPC id (`mcp_request.call_key`), in the same 16 bytes as `body_key`."""
+    h = hashlib.blake2b(b"mcp", digest_size=16)
+    for part in (path.encode("utf-8", "surrogatepass"), call.encode()):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
 
 
 class Ledger:
@@ -304,17 +329,39 @@ class Ledger:
                 return (kept, how) if kept.state in RETRIED_STATES else None
         return None
 
+    def paused(self, route: str | None, key: str | None) -> Kept | None:
+        """The newest request of this MCP call, when it was answered `input_required`."""
+        if key is None:
+            return None
+        for kept in self.newest():
+            if kept.route == route and kept.keys.exact == key:
+                return kept if kept.finish_reason == INPUT_REQUIRED else None
+        return None
+
     def link(self, ended: Ended, now: float) -> Links:
         """Link this ended request to the stream it resumes or repeats, then keep it."""
         if self.limits.streams <= 0:
             return Links()
         self.expire(now)
         text = ended.text[:MAX_PREFIX_CHARS] if self.keep_text and ended.text is not None else None
-        keys = ended.keys or body_keys(ended.method, ended.path, ended.body, ended.websocket)
+        stateless = ended.mcp_stateless
+        if stateless and ended.mcp_call is not None:  # a call sent again has a new JSON-RPC id
+            keys = BodyKeys(mcp_key(ended.path, ended.mcp_call))
+        else:
+            keys = ended.keys or body_keys(ended.method, ended.path, ended.body, ended.websocket)
         target = target_key(ended.path)
         links = Links()
-        asked = resumption(ended.method, ended.path, ended.headers)
-        if asked is not None and not ended.websocket:
+        round_trip = 1
+        asked = (
+            None
+            if stateless or ended.websocket
+            else resumption(ended.method, ended.path, ended.headers)
+        )
+        paused = self.paused(ended.route, keys.exact) if ended.mcp_round_trip else None
+        if paused is not None:
+            round_trip = paused.round_trip + 1
+            links = Links(round_trip={"of": paused.original.request_id, "number": round_trip})
+        elif asked is not None:
             kept = self.original_of(ended.route, ended.session_id, asked, target)
             original = kept.original if kept is not None else None
             # From the original's end to this request's start: how long the client waited.
@@ -342,6 +389,8 @@ class Ledger:
                 text,
                 ids,
                 target,
+                ended.finish_reason,
+                round_trip,
             )
         )
         return links

@@ -18,7 +18,9 @@ from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects import Dialect
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.pacing import PacingSummary, Unmeasured
+from sseproxy.core.request import request_facts
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
+from sseproxy.core.verdict import Fallback
 from sseproxy.shell import record as records
 from sseproxy.shell import state
 from sseproxy.shell.delivery import ClientDelivery
@@ -96,6 +98,14 @@ def every_field_record() -> set[str]:
     link = ResumeLink(None, "3", ResumeVerdict.UNKNOWN_ORIGIN)
     retry = {"of": "x", "regenerated": True, "shared_prefix_chars": None}
     fields |= set(records.build_rendered(facts, progress, verdict, None, Links(link, retry))[0])
+    # an MCP 2026-07-28 round trip (its version), and a turn a fallback model served
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}'
+    asked = request_facts("/mcp", "", body, mcp_version="2026-07-28")
+    facts = state.RequestFacts("id", "POST", "/mcp", 1.0, 0.0, asked=asked)
+    progress = state.Progress(state.Timings(0.0), status=200)
+    served = verdict.replace(model="a", fallback=Fallback(1, "b"))
+    trip = Links(round_trip={"of": "x", "number": 2})
+    fields |= set(records.build_rendered(facts, progress, served, None, trip)[0])
     return fields
 
 
