@@ -22,7 +22,7 @@ from bench.record_cost import CASES, KEY, exchange
 from sseproxy.core import Dialect, FinishCategory, State, StreamTap
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
-from sseproxy.core.sessions.judges import TurnResult, session_spec
+from sseproxy.core.sessions import TurnResult, session_spec
 from sseproxy.observe import log
 from sseproxy.observe.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
 from sseproxy.observe.redact import REDACTED

@@ -30,9 +30,7 @@ from sseproxy.capture.sessions import SessionCapture
 from sseproxy.capture.store import redact_headers
 from sseproxy.config import Settings
 from sseproxy.core import EndReason
-from sseproxy.core.sessions.drills import End, Send, SessionDrill
-from sseproxy.core.sessions.drills import Step as DrillStep
-from sseproxy.core.sessions.judges import (
+from sseproxy.core.sessions import (
     SessionSpec,
     Step,
     TurnJudge,
@@ -40,6 +38,8 @@ from sseproxy.core.sessions.judges import (
     parse_message,
     session_spec,
 )
+from sseproxy.core.sessions.drills import End, Send, SessionDrill
+from sseproxy.core.sessions.drills import Step as DrillStep
 from sseproxy.inspector.endpoints import CONTENT_CHARS, shown_headers
 from sseproxy.inspector.sessions import SessionView
 from sseproxy.observe.log import json_ready
