@@ -256,8 +256,9 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
 
 
 def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
-    """What a WebSocket turn's record holds beyond a request's (`build_rendered`'s `extra`)."""
-    return {
+    """What a WebSocket turn's record holds beyond a request's (`build_rendered`'s `extra`);
+    `lane` and `continues` only where the turn has them (Responses lanes and steering)."""
+    fields: dict[str, Any] = {
         "transport": "websocket",
         "session_id": session_id,
         "turn": result.number,
@@ -266,6 +267,14 @@ def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[
         "audio_bytes": result.audio_bytes,
         "audio_ms": result.audio_ms,
     }
+    if result.lane is not None:
+        fields["lane"] = result.lane
+    if result.continues is not None:
+        fields["continues"] = {
+            "turn": result.continues.turn,
+            "response_id": result.continues.response_id,
+        }
+    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,4 +332,7 @@ def build_session(facts: RequestFacts, end: SessionEnd, judge: TurnJudge) -> Rec
         "resumable": judge.resumable,
         "anomalies": dict(sorted((+judge.anomalies).items())),
     }
+    steering = +judge.steering
+    if steering:
+        fields["steering"] = dict(sorted(steering.items()))
     return MappingProxyType(json_ready(facts.secrets.redact(fields)))

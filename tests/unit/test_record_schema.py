@@ -24,6 +24,7 @@ from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap
 from sseproxy.core.inject import parse_rules
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.core.sessions import TurnResult, session_spec
+from sseproxy.core.sessions.base import HandOver
 from sseproxy.core.sessions.realtime import RealtimeJudge
 from sseproxy.observe import log
 from sseproxy.observe.record_schema import (
@@ -71,6 +72,10 @@ def every_kind() -> Iterator[dict[str, Any]]:
     verdict, _ = records.verdict_of(facts, progress)
     result = TurnResult(1, verdict, audio_bytes=4800, audio_ms=100.0)
     extra = records.turn_fields("s1", session_spec("/v1/realtime"), result)
+    yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
+    # a Responses turn on a named lane that the server made to continue a steered one
+    result = TurnResult(2, verdict, lane="lane-a", continues=HandOver(1, "resp_1"))
+    extra = records.turn_fields("s1", session_spec("/v1/responses"), result)
     yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
     yield linked()
 
@@ -196,6 +201,7 @@ def test_a_sessions_record_is_built_beside_the_request_records_and_holds_the_sch
     facts = dataclasses.replace(facts, path=f"/v1/realtime?model=gpt-realtime&key={KEY}")
     judge = RealtimeJudge(path=facts.path)
     judge.anomalies.update({"reconnect_loop": 1, "zero": 0})
+    judge.steering.update({"sent": 2, "accepted": 1, "failed": 1})  # only when it steered
     end = records.SessionEnd(
         dialect="openai-realtime",
         subprotocol="realtime",
@@ -227,4 +233,5 @@ def test_a_sessions_record_is_built_beside_the_request_records_and_holds_the_sch
         None,
     )
     assert record["anomalies"] == {"reconnect_loop": 1}  # counts of zero are not kept
+    assert record["steering"] == {"accepted": 1, "failed": 1, "sent": 2}
     assert record["end_reason"] == "client_disconnected" and KEY not in json.dumps(record)

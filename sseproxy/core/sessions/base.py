@@ -44,6 +44,15 @@ MAX_MODEL_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
+class HandOver:
+    """A turn the server ended to hand over to a successor it made itself (the Responses API's
+    steering over a WebSocket): the successor's record names it (`continues`)."""
+
+    turn: int
+    response_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TurnResult:
     """One finished turn: the record's verdict plus what only sessions have."""
 
@@ -53,6 +62,8 @@ class TurnResult:
     audio_bytes: int = 0
     audio_ms: float | None = None
     model: str | None = None  # the model the turn asked for (its record's `model`)
+    lane: str | None = None  # the WebSocket lane (`stream_id`) the turn ran on, when named
+    continues: HandOver | None = None  # the turn this one took over from (steering)
 
 
 @dataclass(slots=True)
@@ -85,6 +96,8 @@ class Turn:
     error: ErrorInfo | None = None
     status: int | None = None
     model: str | None = None
+    lane: str | None = None
+    continues: HandOver | None = None
 
 
 def model_name(value: Any) -> str | None:
@@ -116,6 +129,8 @@ class TurnJudge:
         self.go_away_s: float | None = None
         self.resumable: bool | None = None
         self.bytes_per_ms = PCM16_24K_BYTES_PER_MS
+        # steering submissions over the session (Responses): sent, accepted, pending, failed
+        self.steering: Counter[str] = Counter()
 
     # -- input ------------------------------------------------------------------------------
 
@@ -215,7 +230,16 @@ class TurnJudge:
             model=a.model,
         )
         ms = round(turn.audio_bytes / self.bytes_per_ms, 3) if turn.audio_bytes else None
-        return TurnResult(turn.number, verdict, turn.status, turn.audio_bytes, ms, turn.model)
+        return TurnResult(
+            turn.number,
+            verdict,
+            turn.status,
+            turn.audio_bytes,
+            ms,
+            turn.model,
+            turn.lane,
+            turn.continues,
+        )
 
 
 def parse_message(data: bytes) -> Any:
