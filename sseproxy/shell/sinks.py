@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from sseproxy.capture.store import Capture, redact_headers
 from sseproxy.core import Dialect, Verdict
@@ -16,6 +18,11 @@ from sseproxy.core.request_body import decode_request_body
 from sseproxy.observe.log import json_ready, level_for, request_finished
 from sseproxy.shell.record import Record
 from sseproxy.shell.state import Progress, ProxyState, RequestFacts
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+log = structlog.get_logger("sseproxy")
 
 
 def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
@@ -37,12 +44,17 @@ def deliver(
     state: ProxyState,
     facts: RequestFacts,
     progress: Progress,
-    verdict: Verdict,
+    verdict: Verdict | None,
     record: Record,
     rendered: bytes | None = None,
 ) -> None:
     """Hand the one record to every sink; none sees anything the record does not hold.
-    `rendered`: the record's JSON, when `record.build_rendered` has it."""
+    `rendered`: the record's JSON, when `record.build_rendered` has it. `verdict` is the
+    request's (or WebSocket turn's); None for a WebSocket session's own record
+    (`record.build_session`), which sums its turns and has no verdict of its own."""
+    if verdict is None:
+        _session_finished(state, facts, progress, record)
+        return
     safecall(
         state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
     )
@@ -85,6 +97,32 @@ def deliver(
             captures.save(capture, meta, facts.secrets)
 
         safecall(state, "capture", save)
+
+
+def _session_finished(
+    state: ProxyState, facts: RequestFacts, progress: Progress, record: Record
+) -> None:
+    """A `session.finished` record to the log, the session's span, the metrics and the
+    inspector (its capture is the relay's: `shell/websocket/capture.save`)."""
+    safecall(state, "log", lambda: log.info("session.finished", **record))
+    span = progress.span
+    if span is not None:
+        safecall(state, "tracing", lambda: _end_session_span(span, record))
+    safecall(state, "metrics", lambda: state.metrics.session_finished(record))
+    safecall(state, "inspector", lambda: state.inspector.session_finished(facts.request_id, record))
+
+
+def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:
+    attributes = {
+        "sseproxy.session_id": record["session_id"],
+        "sseproxy.dialect": record["dialect"],
+        "sseproxy.closed_by": record["closed_by"],
+        "sseproxy.close_code": record["close_code"],
+        "sseproxy.turns": record["turns"],
+        "sseproxy.anomalies": sorted(record["anomalies"]) or None,
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    span.end()
 
 
 def start_capture(

@@ -21,7 +21,7 @@ from sseproxy.core import EndReason, ErrorInfo, StreamTap
 from sseproxy.core.inject import Rule
 from sseproxy.core.pacing import ChunkTimes, Pacing
 from sseproxy.core.request import RequestFacts as CoreRequestFacts
-from sseproxy.core.sessions.judges import ReconnectWatch
+from sseproxy.core.sessions.reconnect import ReconnectWatch
 from sseproxy.inspector.endpoints import Inspector, StreamView
 from sseproxy.observe.metrics import Metrics
 from sseproxy.observe.redact import Secrets

@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 import time
 from collections import Counter
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +30,7 @@ from sseproxy.capture.sessions import SessionCapture
 from sseproxy.capture.store import redact_headers
 from sseproxy.config import Settings
 from sseproxy.core import EndReason, Verdict
-from sseproxy.core.sessions.drills import End, Send, SessionDrill
-from sseproxy.core.sessions.drills import Step as DrillStep
-from sseproxy.core.sessions.judges import (
+from sseproxy.core.sessions import (
     SessionSpec,
     Step,
     TurnJudge,
@@ -40,11 +38,10 @@ from sseproxy.core.sessions.judges import (
     parse_message,
     session_spec,
 )
+from sseproxy.core.sessions.drills import End, Send, SessionDrill
+from sseproxy.core.sessions.drills import Step as DrillStep
 from sseproxy.inspector.endpoints import CONTENT_CHARS, inspected_client, shown_headers
 from sseproxy.inspector.sessions import SessionView
-from sseproxy.observe.clients import client_fields
-from sseproxy.observe.log import json_ready
-from sseproxy.observe.record_schema import SCHEMA_VERSION
 from sseproxy.observe.redact import Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell.admission import Refused, via_entry
@@ -372,19 +369,6 @@ async def _peer_may_leave(direction: Awaitable[None], up: UpstreamSocket, s: Ses
     except ConnectionError:
         s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
         up.abort()
-
-
-def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:
-    attributes = {
-        "sseproxy.session_id": record["session_id"],
-        "sseproxy.dialect": record["dialect"],
-        "sseproxy.closed_by": record["closed_by"],
-        "sseproxy.close_code": record["close_code"],
-        "sseproxy.turns": record["turns"],
-        "sseproxy.anomalies": sorted(record["anomalies"]) or None,
-    }
-    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
-    span.end()
 
 
 def _copied(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -767,25 +751,12 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
             progress,
             verdict,
             links=links,
-            extra=turn_fields(x.facts.request_id, s.spec, result),
+            extra=records.turn_fields(x.facts.request_id, s.spec, result),
         )
     except Exception as exc:
         record, rendered = records.fallback(facts, progress, exc), None
     deliver(state, facts, progress, verdict, record, rendered)
     ws_capture.turn(state, s.capture, record)
-
-
-def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
-    """What a turn's record holds beyond a request's."""
-    return {
-        "transport": "websocket",
-        "session_id": session_id,
-        "turn": result.number,
-        "model": result.model,
-        "dialect": str(spec.dialect),
-        "audio_bytes": result.audio_bytes,
-        "audio_ms": result.audio_ms,
-    }
 
 
 def _session_record(
@@ -795,46 +766,24 @@ def _session_record(
     handshake: Handshake,
     client_deflate: bool,
 ) -> None:
-    """One `session.finished` record per connection."""
-    judge = s.judge
-    anomalies = +judge.anomalies
-    fields: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "transport": "websocket",
-        "session_id": x.facts.request_id,
-        "route": x.facts.route.name if x.facts.route else None,
-        "upstream": x.facts.route.upstream if x.facts.route else None,
-        "path": x.facts.path,
-        "dialect": str(s.spec.dialect),
-        "subprotocol": handshake.subprotocol,
-        "extensions": _extensions(client_deflate, handshake),
-        "close_code": s.close_code,
-        "close_reason": s.close_reason or None,
-        "closed_by": s.closed_by,
-        "close_frame": s.close_frame,
-        "end_reason": str(s.end),
-        "duration_ms": round((time.monotonic() - s.start) * 1000, 3),
-        "turns": judge.turns,
-        "states": dict(sorted(judge.states.items())),
-        "errors": judge.errors,
-        "messages": {"client": s.messages["client"], "upstream": s.messages["upstream"]},
-        "bytes": {"client": s.sizes["client"], "upstream": s.sizes["upstream"]},
-        "largest_message_bytes": s.largest,
-        "ping_ms": s.ping_ms,
-        "client_wait_ms": round(s.client_wait * 1000, 3),
-        "last_message_delivered": s.last_message_delivered,
-        "go_away_s": judge.go_away_s,
-        "resumable": judge.resumable,
-        "anomalies": dict(sorted(anomalies.items())),
-        **client_fields(x.facts.headers),
-    }
-    record = json_ready(x.facts.secrets.redact(fields))
-    safecall(state, "log", lambda: log.info("session.finished", **record))
-    span = x.progress.span
-    if span is not None:
-        safecall(state, "tracing", lambda: _end_session_span(span, record))
-    safecall(state, "metrics", lambda: state.metrics.session_finished(record))
-    safecall(
-        state, "inspector", lambda: state.inspector.session_finished(x.facts.request_id, record)
+    """One `session.finished` record per connection, built and delivered as a request's is."""
+    end = records.SessionEnd(
+        dialect=str(s.spec.dialect),
+        subprotocol=handshake.subprotocol,
+        extensions=_extensions(client_deflate, handshake),
+        close_code=s.close_code,
+        close_reason=s.close_reason,
+        closed_by=s.closed_by,
+        close_frame=s.close_frame,
+        end=s.end,
+        duration_s=time.monotonic() - s.start,
+        messages=s.messages,
+        sizes=s.sizes,
+        largest_message_bytes=s.largest,
+        ping_ms=s.ping_ms,
+        client_wait_s=s.client_wait,
+        last_message_delivered=s.last_message_delivered,
     )
+    record = records.build_session(x.facts, end, s.judge)
+    deliver(state, x.facts, x.progress, None, record)
     ws_capture.save(state, x, s.capture, str(s.end), handshake.headers, record)
