@@ -3,8 +3,8 @@
 The layout, one folder per layer or feature (each package's docstring says more):
 
 - `core/`: the pure analysis, bytes in and a verdict out; no I/O, clock or logging.
-  `core/dialects/` holds one module per HTTP API dialect, `core/sessions/` the WebSocket
-  session judges and their drills.
+  `core/dialects/` holds one module per HTTP API dialect, `core/sessions/` one per WebSocket
+  session dialect family (its judge) and their drills.
 - `shell/`: the aiohttp server around the core: admission, the upstream leg (`upstream/`),
   the relay, the record and its sinks; `shell/websocket/` the handshake, the upstream leg and
   the pumps of a WebSocket session.

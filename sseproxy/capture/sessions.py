@@ -33,7 +33,7 @@ from sseproxy.capture.format import (
 )
 from sseproxy.capture.writer import Spool, Writer
 from sseproxy.core.dialects.base import dig
-from sseproxy.core.sessions.judges import audio_bytes
+from sseproxy.core.sessions.base import audio_bytes
 from sseproxy.observe.redact import Secrets
 
 # What the sidecar says its messages file is, and how the file is named beside it.

@@ -82,7 +82,7 @@ ANOMALIES: frozenset[str] = frozenset(
         # Resumes and sessions (core/resume.py, core/dialects/mcp.py).
         "reconnect_before_retry",
         "session_expired",
-        # WebSocket sessions (core/sessions/judges.py): the session record's, but session_expired
+        # WebSocket sessions (core/sessions/): the session record's, but session_expired
         # and the named errors, which the turn they answer counts too.
         "active_response_conflict",
         "connection_limit_reached",

@@ -668,6 +668,7 @@ class StreamTap:
             usage=result.usage,
             response_id=result.response_id,
             model=result.model,
+            fallback=result.fallback,
         )
 
     def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:

@@ -30,6 +30,7 @@ from aiohttp import web
 from sseproxy.core import StreamTap, TapItem
 from sseproxy.inspector.event_list import EventList, raw_view
 from sseproxy.inspector.sessions import SessionRetention, SessionView
+from sseproxy.observe.clients import client_fields
 from sseproxy.observe.redact import NO_SECRETS, Secrets
 from sseproxy.shell.admin import NO_FRAMING
 
@@ -157,6 +158,8 @@ class StreamView:
     session_id: str | None = None  # a WebSocket session's turn: the row goes under the session's
     turn: int | None = None
     answered_by: str | None = None  # the record's: proxy, upstream, or None
+    run_id: str | None = None  # the agent run it belongs to: its row goes under the run's
+    client: str | None = None  # "name version", as the record's `client`
 
     @property
     def refused(self) -> bool:
@@ -230,6 +233,8 @@ class StreamView:
             "turn": self.turn,
             "answered_by": self.answered_by,
             "refused": self.refused,
+            "run_id": self.run_id,
+            "client": self.client,
         }
 
     def client_wait(self, began: float, ended: float) -> None:
@@ -296,6 +301,21 @@ class StreamView:
         if self.tap is not None:
             return "running"
         return "kept" if self.chunks else "none"
+
+
+def inspected_client(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """A live row's `run_id` and `client`, from the request's headers (its record, at the
+    end, says the same)."""
+    fields = client_fields(headers)
+    return fields["run_id"], client_label(fields["client"])
+
+
+def client_label(client: Any) -> str | None:
+    """A record's `client` as the list shows it: `codex 0.171.0`."""
+    if not isinstance(client, Mapping) or not client.get("name"):
+        return None
+    version = client.get("version")
+    return f"{client['name']} {version}" if version else str(client["name"])
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
@@ -422,6 +442,8 @@ class Inspector:
             if key in record:
                 setattr(view, key, record[key])
         view.model = record.get("model") or record.get("response_model")
+        view.run_id = record.get("run_id") or view.run_id
+        view.client = client_label(record.get("client")) or view.client
         if self.keep_content and text is not None:
             view.text = text[:CONTENT_CHARS]
         if record.get("session_id"):  # a turn: its row goes under its session's

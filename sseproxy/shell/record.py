@@ -1,10 +1,12 @@
-"""The record a request's facts and progress (`state.py`) become: built once, redacted once,
-frozen, safe for any serialiser."""
+"""The records, built once, redacted once, frozen, safe for any serialiser: a request's from its
+facts and progress (`state.py`); a WebSocket turn's the same way, with its session's fields
+(`turn_fields`); a WebSocket session's own (`build_session`) from how its connection went."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -13,7 +15,9 @@ from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Verdict, wi
 from sseproxy.core.dialects import spec_for
 from sseproxy.core.dialects.mcp import SESSION_HEADER, session_findings
 from sseproxy.core.pacing import PacingSummary
-from sseproxy.observe.log import json_rendered, json_safe
+from sseproxy.core.sessions import SessionSpec, TurnJudge, TurnResult
+from sseproxy.observe.clients import client_fields
+from sseproxy.observe.log import json_ready, json_rendered, json_safe
 from sseproxy.observe.record_schema import SCHEMA_VERSION
 from sseproxy.observe.redact import Secrets
 from sseproxy.shell.ledger import Ended, Links
@@ -111,6 +115,10 @@ def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: 
         delivered=delivery.last_delivered()[0] if delivery is not None else 0,
         retry_ms=tap.retry_ms if tap is not None else None,
         text=tap.primary_text() if keep_text and tap is not None else None,
+        finish_reason=verdict.finish_reason,
+        mcp_stateless=facts.asked.mcp_stateless,
+        mcp_call=facts.asked.mcp_call,
+        mcp_round_trip=facts.asked.mcp_round_trip,
     )
 
 
@@ -125,8 +133,8 @@ def _transport(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Ver
     if no_body and progress.status is not None and 200 <= progress.status < 300:
         # No body was expected: nothing was cut, and nothing confirms an answer either.
         return verdict.replace(state=State.UNCONFIRMED, interruption=None)
-    cancels = spec_for(verdict.dialect).disconnect_cancels
-    return with_transport(verdict, progress.status, str(end), cancels)
+    rule = spec_for(verdict.dialect).on_client_close(facts.asked)
+    return with_transport(verdict, progress.status, str(end), rule)
 
 
 def paced(
@@ -167,6 +175,7 @@ def build_rendered(
     fields that override the verdict's (a WebSocket turn's transport, session, dialect)."""
     body = verdict.to_dict()
     response_model = body.pop("model")
+    fallback = body.pop("fallback", None)
     route = facts.route
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -182,6 +191,7 @@ def build_rendered(
         "model": facts.asked.model,
         "response_model": response_model,
         "stream": progress.stream,
+        **client_fields(facts.headers),
         **progress.timings.fields(time.monotonic()),
         **body,
     }
@@ -193,6 +203,13 @@ def build_rendered(
     session = session_of(facts)
     if session is not None:
         fields["mcp_session_id"] = session  # not a secret; `Authorization` stays redacted
+    if fallback is not None:
+        fields["fallback_hops"] = fallback["hops"]
+        text_model = fallback["text_model"]
+        if text_model is not None and text_model != response_model:
+            fields["text_model"] = text_model  # who wrote the answer, when not response_model
+    if facts.asked.mcp_version is not None:
+        fields["mcp_protocol_version"] = facts.asked.mcp_version  # the rules it was judged by
     retry_ms = progress.tap.retry_ms if progress.tap is not None else None
     if retry_ms is not None:
         fields["sse_retry_ms"] = retry_ms
@@ -200,6 +217,8 @@ def build_rendered(
         fields["resume"] = links.resume.fields()
     if links is not None and links.retry is not None:
         fields["retry"] = links.retry
+    if links is not None and links.round_trip is not None:
+        fields["round_trip"] = links.round_trip
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
     if progress.trailers:
@@ -250,3 +269,87 @@ def fallback(facts: RequestFacts, progress: Progress, why: BaseException) -> Rec
             )
         )
     )
+
+
+def turn_fields(session_id: str, spec: SessionSpec, result: TurnResult) -> dict[str, Any]:
+    """What a WebSocket turn's record holds beyond a request's (`build_rendered`'s `extra`);
+    `lane` and `continues` only where the turn has them (Responses lanes and steering)."""
+    fields: dict[str, Any] = {
+        "transport": "websocket",
+        "session_id": session_id,
+        "turn": result.number,
+        "model": result.model,
+        "dialect": str(spec.dialect),
+        "audio_bytes": result.audio_bytes,
+        "audio_ms": result.audio_ms,
+    }
+    if result.lane is not None:
+        fields["lane"] = result.lane
+    if result.continues is not None:
+        fields["continues"] = {
+            "turn": result.continues.turn,
+            "response_id": result.continues.response_id,
+        }
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    """How one WebSocket connection went, as its relay saw it; with its judge's tallies, the
+    `session.finished` record. Sizes and counts are by side (`client`, `upstream`)."""
+
+    dialect: str
+    subprotocol: str | None
+    extensions: Mapping[str, list[str]]
+    close_code: int | None
+    close_reason: str
+    closed_by: str | None
+    close_frame: bool
+    end: EndReason
+    duration_s: float
+    messages: Mapping[str, int]
+    sizes: Mapping[str, int]
+    largest_message_bytes: int
+    ping_ms: Sequence[float]
+    client_wait_s: float
+    last_message_delivered: str | None
+
+
+def build_session(facts: RequestFacts, end: SessionEnd, judge: TurnJudge) -> Record:
+    """The `session.finished` record of one connection (its turns have records of their own),
+    redacted with the handshake's secrets, JSON-safe."""
+    route = facts.route
+    fields: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "transport": "websocket",
+        "session_id": facts.request_id,
+        "route": route.name if route else None,
+        "upstream": route.upstream if route else None,
+        "path": facts.path,
+        "dialect": end.dialect,
+        "subprotocol": end.subprotocol,
+        "extensions": dict(end.extensions),
+        "close_code": end.close_code,
+        "close_reason": end.close_reason or None,
+        "closed_by": end.closed_by,
+        "close_frame": end.close_frame,
+        "end_reason": str(end.end),
+        "duration_ms": round(end.duration_s * 1000, 3),
+        "turns": judge.turns,
+        "states": dict(sorted(judge.states.items())),
+        "errors": judge.errors,
+        "messages": {"client": end.messages["client"], "upstream": end.messages["upstream"]},
+        "bytes": {"client": end.sizes["client"], "upstream": end.sizes["upstream"]},
+        "largest_message_bytes": end.largest_message_bytes,
+        "ping_ms": list(end.ping_ms),
+        "client_wait_ms": round(end.client_wait_s * 1000, 3),
+        "last_message_delivered": end.last_message_delivered,
+        "go_away_s": judge.go_away_s,
+        "resumable": judge.resumable,
+        "anomalies": dict(sorted((+judge.anomalies).items())),
+        **client_fields(facts.headers),
+    }
+    steering = +judge.steering
+    if steering:
+        fields["steering"] = dict(sorted(steering.items()))
+    return MappingProxyType(json_ready(facts.secrets.redact(fields)))

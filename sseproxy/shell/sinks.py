@@ -7,14 +7,22 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from sseproxy.capture.store import Capture, redact_headers
 from sseproxy.core import Dialect, Verdict
+from sseproxy.core.request_body import decode_request_body
 from sseproxy.observe.log import json_ready, level_for, request_finished
 from sseproxy.shell.record import Record
 from sseproxy.shell.state import Progress, ProxyState, RequestFacts
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+log = structlog.get_logger("sseproxy")
 
 
 def safecall(state: ProxyState, sink: str, call: Callable[[], Any]) -> None:
@@ -36,16 +44,24 @@ def deliver(
     state: ProxyState,
     facts: RequestFacts,
     progress: Progress,
-    verdict: Verdict,
+    verdict: Verdict | None,
     record: Record,
     rendered: bytes | None = None,
 ) -> None:
     """Hand the one record to every sink; none sees anything the record does not hold.
-    `rendered`: the record's JSON, when `record.build_rendered` has it."""
+    `rendered`: the record's JSON, when `record.build_rendered` has it. `verdict` is the
+    request's (or WebSocket turn's); None for a WebSocket session's own record
+    (`record.build_session`), which sums its turns and has no verdict of its own."""
+    if verdict is None:
+        _session_finished(state, facts, progress, record)
+        return
     safecall(
         state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
     )
-    safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
+    chunks = progress.timings.chunk_times
+    safecall(
+        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record, chunks)
+    )
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
@@ -68,8 +84,11 @@ def deliver(
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:
-        body = facts.body
-        safecall(state, "tracing", lambda: tracing.end(span, verdict, record, request=body))
+        safecall(
+            state,
+            "tracing",
+            lambda: tracing.end(span, verdict, record, request=_plain_body(facts)),
+        )
     captures, capture = state.captures, progress.capture
     if capture is not None and captures is not None:
 
@@ -78,6 +97,32 @@ def deliver(
             captures.save(capture, meta, facts.secrets)
 
         safecall(state, "capture", save)
+
+
+def _session_finished(
+    state: ProxyState, facts: RequestFacts, progress: Progress, record: Record
+) -> None:
+    """A `session.finished` record to the log, the session's span, the metrics and the
+    inspector (its capture is the relay's: `shell/websocket/capture.save`)."""
+    safecall(state, "log", lambda: log.info("session.finished", **record))
+    span = progress.span
+    if span is not None:
+        safecall(state, "tracing", lambda: _end_session_span(span, record))
+    safecall(state, "metrics", lambda: state.metrics.session_finished(record))
+    safecall(state, "inspector", lambda: state.inspector.session_finished(facts.request_id, record))
+
+
+def _end_session_span(span: Span, record: Mapping[str, Any]) -> None:
+    attributes = {
+        "sseproxy.session_id": record["session_id"],
+        "sseproxy.dialect": record["dialect"],
+        "sseproxy.closed_by": record["closed_by"],
+        "sseproxy.close_code": record["close_code"],
+        "sseproxy.turns": record["turns"],
+        "sseproxy.anomalies": sorted(record["anomalies"]) or None,
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    span.end()
 
 
 def start_capture(
@@ -132,3 +177,10 @@ def capture_meta(
         "verdict": json_ready(verdict.to_dict()),  # captures.save redacts all it writes
         "record": dict(record),
     }
+
+
+def _plain_body(facts: RequestFacts) -> bytes:
+    """The request body for the span's parameters: a compressed one decoded again (bounded;
+    only with tracing on), b"" when it cannot be."""
+    plain = decode_request_body(facts.body, facts.headers.get("Content-Encoding"))
+    return plain if isinstance(plain, bytes) else b""

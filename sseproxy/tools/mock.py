@@ -40,7 +40,7 @@ from sseproxy.core.inject import (
     parse_rules,
 )
 from sseproxy.core.request import parse_body
-from sseproxy.core.sessions.judges import session_spec
+from sseproxy.core.sessions import session_spec
 from sseproxy.tools.mock_document import document
 from sseproxy.tools.mock_session import (
     SessionRecording,

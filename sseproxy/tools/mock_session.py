@@ -18,7 +18,7 @@ from aiohttp import WSMessage, WSMsgType, web
 
 from sseproxy.capture.format import unfinished
 from sseproxy.capture.sessions import MESSAGES_SUFFIX, line_data, load_session, with_audio
-from sseproxy.core.sessions.judges import parse_message
+from sseproxy.core.sessions.base import parse_message
 
 # Seconds the mock waits for a client's close frame once it sent its own.
 CLOSE_TIMEOUT = 10.0

@@ -1,5 +1,5 @@
 """`sseproxy replay X.json` of a WebSocket session capture: its messages fed, in order, through
-the same judge the proxy uses (`core/sessions/judges.py`), then the recorded ending; prints
+the same judge the proxy uses (`core/sessions/`), then the recorded ending; prints
 one line per turn and one for the session, and says whether the recorded states came again."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import orjson
 from sseproxy.capture.format import TRUNCATED_REASON, UNFINISHED_REASON, unfinished
 from sseproxy.capture.sessions import SessionFile, line_data, with_audio
 from sseproxy.core import EndReason
-from sseproxy.core.sessions.judges import (
+from sseproxy.core.sessions import (
     SESSION_SPECS,
     SessionSpec,
     TurnJudge,

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
@@ -282,12 +283,21 @@ class FakeProvider:
 
     async def responses_ws(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
         """The Responses API's WebSocket mode: each `response.create` answered with
-        `response.created`, a delta and `response.completed`."""
+        `response.created`, a delta and `response.completed` (scenario `steer`: a response
+        that waits for a `response.steer`)."""
+        steering: dict[str, Any] = {}  # the steerable response's lane and model
         while (text := await self.receive_text(ws, seen)) is not None:
             event = json.loads(text)
+            if event.get("type") == "response.steer":
+                await self.responses_steered(ws, event, steering)
+                continue
             if event.get("type") != "response.create":
                 continue
             self.sessions[str(event.get("model"))] = seen
+            if scenario(str(event.get("model"))) == "steer":
+                steering.update(lane=event.get("stream_id"), model=event.get("model"))
+                await self.responses_steerable(ws, event)
+                continue
             r = {
                 "id": "resp_7",
                 "object": "response",
@@ -321,6 +331,75 @@ class FakeProvider:
             await ws.send_json(
                 {"type": "response.completed", "sequence_number": 2, "response": completed}
             )
+
+    @staticmethod
+    def ws_response(rid: str, status: str, model: Any, **more: Any) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "response",
+            "created_at": 1,
+            "status": status,
+            "model": model,
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            **more,
+        }
+
+    async def responses_steerable(self, ws: web.WebSocketResponse, event: dict[str, Any]) -> None:
+        """A response on the create's lane (`stream_id`) that starts and waits for a steer
+        (openai-python's beta `ResponseCreate.stream_id`: events echo it)."""
+        lane = event.get("stream_id")
+        r = self.ws_response("resp_s1", "in_progress", event.get("model"))
+        await ws.send_json(
+            {"type": "response.created", "sequence_number": 0, "response": r, "stream_id": lane}
+        )
+        await ws.send_json(self.ws_delta("Roses are", 1, lane))
+
+    @staticmethod
+    def ws_delta(text: str, seq: int, lane: Any) -> dict[str, Any]:
+        return {
+            "type": "response.output_text.delta",
+            "sequence_number": seq,
+            "item_id": "m",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": text,
+            "logprobs": [],
+            "stream_id": lane,
+        }
+
+    async def responses_steered(
+        self, ws: web.WebSocketResponse, event: dict[str, Any], steering: dict[str, Any]
+    ) -> None:
+        """`response.steer` answered as openai-python's beta types describe: accepted, the
+        response ended `incomplete` (reason `steered`), and the server's own successor."""
+        lane, model = steering.get("lane"), steering.get("model")
+        steer = {"id": "steer_1", "previous_response_id": event.get("previous_response_id")}
+        frames = [
+            {"type": "response.steer.accepted", "sequence_number": 2, "steer": steer},
+            {
+                "type": "response.incomplete",
+                "sequence_number": 3,
+                "response": self.ws_response(
+                    "resp_s1", "incomplete", model, incomplete_details={"reason": "steered"}
+                ),
+            },
+            {
+                "type": "response.created",
+                "sequence_number": 0,
+                "response": self.ws_response("resp_s2", "in_progress", model),
+            },
+            self.ws_delta("Les roses", 1, lane),
+            {
+                "type": "response.completed",
+                "sequence_number": 2,
+                "response": self.ws_response("resp_s2", "completed", model),
+            },
+        ]
+        for frame in frames:
+            await ws.send_json({**frame, "stream_id": lane})
 
     async def gemini_live(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
         """Gemini Live: `setup` -> `setupComplete`; each client turn answered with

@@ -5,6 +5,7 @@ provider: what each client got, and the records the process wrote on stdout."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import ssl
 import uuid
 from typing import Any
@@ -178,6 +179,40 @@ async def test_openai_responses_connect(proxy: ProxyProcess) -> None:
         lambda r: r["event"] == "session.finished" and r["session_id"] == turn["session_id"]
     )
     assert (session["route"], session["turns"], session["closed_by"]) == ("openai", 1, "client")
+
+
+@pytest.mark.skipif(
+    not hasattr(
+        importlib.import_module("openai.resources.beta.responses").AsyncResponses, "connect"
+    ),
+    reason="this openai has no client.beta.responses.connect() (steering, lanes)",
+)
+async def test_openai_responses_steering_on_a_lane(proxy: ProxyProcess) -> None:
+    """`client.beta.responses.connect()`: a response on lane `a`, steered; the server ends it
+    `incomplete` (reason `steered`) and makes its successor (docs/sessions-steering.md)."""
+    name = model("steer")
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=proxy.url + "/v1", max_retries=0)
+    kinds: list[str] = []
+    async with asyncio.timeout(CLIENT_TIMEOUT), client.beta.responses.connect() as conn:
+        await conn.response.create(model=name, input="A poem", stream_id="a")
+        async for event in conn:
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta" and len(kinds) == 2:
+                await conn.response.steer(previous_response_id="resp_s1", input="In French.")
+            elif event.type == "response.completed":
+                break
+    assert "response.steer.accepted" in kinds and "response.incomplete" in kinds
+    first, second = sorted(await proxy.wait_records(asked(name), 2), key=lambda r: r["turn"])
+    assert (first["lane"], first["state"], first["finish_reason"]) == ("a", "incomplete", "steered")
+    assert (second["state"], second["continues"]) == (
+        "completed",
+        {"turn": first["turn"], "response_id": "resp_s1"},
+    )
+    assert first["anomalies"] == second["anomalies"] == {}
+    [session] = await proxy.wait_records(
+        lambda r: r["event"] == "session.finished" and r["session_id"] == first["session_id"]
+    )
+    assert (session["steering"], session["anomalies"]) == ({"accepted": 1, "sent": 1}, {})
 
 
 async def anthropic_message(base_url: str, name: str) -> Any:

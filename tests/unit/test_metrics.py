@@ -17,7 +17,8 @@ from sseproxy.core.anomalies import ANOMALIES
 from sseproxy.core.dialects.azure import FILTER_ANOMALIES
 from sseproxy.core.eventstream import Corruption
 from sseproxy.core.pacing import CONTENT_STALL, UPSTREAM_BUFFERED
-from sseproxy.core.sessions.judges import REALTIME_ERROR_ANOMALIES, RESPONSES_ERROR_ANOMALIES
+from sseproxy.core.sessions.realtime import REALTIME_ERROR_ANOMALIES
+from sseproxy.core.sessions.responses import RESPONSES_ERROR_ANOMALIES
 from sseproxy.observe.metrics import IMPOSSIBLE_FIELDS, OUTCOMES, TOKEN_KINDS, Metrics, token_kinds
 from tests import corpus
 

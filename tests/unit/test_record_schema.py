@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import tomllib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,25 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from bench.record_cost import CASES, KEY, exchange
-from sseproxy.core import Dialect, FinishCategory, State, StreamTap
+from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap
 from sseproxy.core.inject import parse_rules
+from sseproxy.core.request import request_facts
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
-from sseproxy.core.sessions.judges import TurnResult, session_spec
+from sseproxy.core.sessions import TurnResult, session_spec
+from sseproxy.core.sessions.base import HandOver
+from sseproxy.core.sessions.realtime import RealtimeJudge
+from sseproxy.core.verdict import Fallback
 from sseproxy.observe import log
-from sseproxy.observe.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
+from sseproxy.observe.record_schema import (
+    SCHEMA_FILE,
+    SCHEMA_VERSION,
+    record_fields,
+    schema,
+    session_fields,
+)
 from sseproxy.observe.redact import REDACTED
 from sseproxy.shell import record as records
 from sseproxy.shell.ledger import Links
-from sseproxy.shell.websocket.session import turn_fields
 from tests.record_contract import VALIDATOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +73,52 @@ def every_kind() -> Iterator[dict[str, Any]]:
     facts, progress = exchange(next(iter(CASES)))
     verdict, _ = records.verdict_of(facts, progress)
     result = TurnResult(1, verdict, audio_bytes=4800, audio_ms=100.0)
-    extra = turn_fields("s1", session_spec("/v1/realtime"), result)
+    extra = records.turn_fields("s1", session_spec("/v1/realtime"), result)
+    yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
+    # a Responses turn on a named lane that the server made to continue a steered one
+    result = TurnResult(2, verdict, lane="lane-a", continues=HandOver(1, "resp_1"))
+    extra = records.turn_fields("s1", session_spec("/v1/responses"), result)
     yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
     yield linked()
+    yield round_trip()
+    yield fallback()
+
+
+def round_trip() -> dict[str, Any]:
+    """An MCP 2026-07-28 request answering an `input_required` result: its version and its
+    round trip (schema 1.4)."""
+    facts, progress = exchange("chat_tool_call")
+    body = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x"}}'
+    asked = request_facts("/mcp", "", body, mcp_version="2026-07-28")
+    facts = dataclasses.replace(facts, path="/mcp", asked=asked)
+    progress.tap = StreamTap(Dialect.MCP, request=asked)
+    progress.tap.feed(
+        b'data: {"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete"}}\n\n'
+    )
+    verdict, pacing = records.verdict_of(facts, progress)
+    links = Links(round_trip={"of": "req-0", "number": 2})
+    record, _ = records.build_rendered(facts, progress, verdict, pacing, links)
+    return written(record)
+
+
+def fallback() -> dict[str, Any]:
+    """An Anthropic turn a fallback model served: who wrote the text (schema 1.4)."""
+    facts, progress = exchange("chat_tool_call")
+    verdict, pacing = records.verdict_of(facts, progress)
+    verdict = verdict.replace(model="claude-a", fallback=Fallback(1, "claude-b"))
+    return written(records.build(facts, progress, verdict, pacing))
+
+
+def test_a_fallback_names_the_model_that_wrote_the_text() -> None:
+    record = fallback()
+    assert (record["fallback_hops"], record["text_model"]) == (1, "claude-b")
+    assert record["response_model"] == "claude-a"
+
+
+def test_an_mcp_round_trip_and_version_are_recorded() -> None:
+    record = round_trip()
+    assert record["mcp_protocol_version"] == "2026-07-28"
+    assert record["round_trip"] == {"of": "req-0", "number": 2}
 
 
 def linked() -> dict[str, Any]:
@@ -178,3 +231,48 @@ def test_the_package_ships_the_schema() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["sseproxy"]
     assert any(fnmatch.fnmatch(f"data/{SCHEMA_FILE}", p) for p in patterns)
+
+
+def test_a_sessions_record_is_built_beside_the_request_records_and_holds_the_schemas_fields() -> (
+    None
+):
+    """`record.build_session` (the relay fills a `SessionEnd` in): every session field the
+    schema names, valid against it, the handshake's credentials redacted."""
+    facts, _ = exchange("chat_tool_call")
+    facts = dataclasses.replace(facts, path=f"/v1/realtime?model=gpt-realtime&key={KEY}")
+    judge = RealtimeJudge(path=facts.path)
+    judge.anomalies.update({"reconnect_loop": 1, "zero": 0})
+    judge.steering.update({"sent": 2, "accepted": 1, "failed": 1})  # only when it steered
+    end = records.SessionEnd(
+        dialect="openai-realtime",
+        subprotocol="realtime",
+        extensions={"client": [], "upstream": []},
+        close_code=1000,
+        close_reason="",
+        closed_by="client",
+        close_frame=True,
+        end=EndReason.CLIENT_DISCONNECTED,
+        duration_s=1.5,
+        messages=Counter({"client": 2}),
+        sizes=Counter({"client": 30}),
+        largest_message_bytes=20,
+        ping_ms=[1.25],
+        client_wait_s=0.002,
+        last_message_delivered=None,
+    )
+    record = dict(records.build_session(facts, end, judge))
+    logged = {"timestamp": "2026-12-03T07:00:00Z", "level": "info", "event": "session.finished"}
+    assert set(record) | set(logged) == session_fields()  # the log line adds these three
+    assert not list(VALIDATOR.iter_errors(record | logged))
+    assert (record["messages"], record["bytes"]) == (
+        {"client": 2, "upstream": 0},
+        {"client": 30, "upstream": 0},
+    )
+    assert (record["duration_ms"], record["client_wait_ms"], record["close_reason"]) == (
+        1500.0,
+        2.0,
+        None,
+    )
+    assert record["anomalies"] == {"reconnect_loop": 1}  # counts of zero are not kept
+    assert record["steering"] == {"accepted": 1, "failed": 1, "sent": 2}
+    assert record["end_reason"] == "client_disconnected" and KEY not in json.dumps(record)

@@ -459,3 +459,62 @@ def test_a_log_of_drills_only_still_makes_every_rendering() -> None:
     assert (data["lines"]["records"], data["lines"]["drills"]) == (0, 1)
     assert "0 requests and 1 drills (counted apart)" in text.render(data)
     assert "<h2>Drills</h2>" in page.render(summary)
+
+
+# -- clients and agent runs (issue 30) -----------------------------------------------------------
+
+CODEX = {"name": "codex", "version": "0.171.0"}
+CLAUDE = {"name": "claude-code", "version": "2.1.3"}
+
+
+def test_requests_are_counted_per_client_and_per_run() -> None:
+    data = summarise(
+        line(client=CODEX, run_id="run-a", state="interrupted"),
+        line(client=CODEX, run_id="run-a", retry={"of": "r", "linked_by": "same_meaning"}),
+        line(client=CODEX, run_id="run-a", transport="websocket", session_id="s1"),
+        line(client=CLAUDE, run_id="run-b", state="failed"),
+        line(client={"name": "openai-python", "version": "1.99.9"}, run_id=None),
+        line(),  # a record from before 1.4: no client, no run
+        json.dumps(
+            {
+                "event": "session.finished",
+                "timestamp": "2026-12-01T10:00:01Z",
+                "run_id": "run-a",
+                "client": CODEX,
+                "turns": 1,
+            }
+        ).encode(),
+    )
+    assert [
+        (r["client"], r["version"], r["requests"], r["failures"]) for r in data["by_client"]
+    ] == [
+        ("codex", "0.171.0", 3, 1),
+        ("-", "-", 1, 0),
+        ("claude-code", "2.1.3", 1, 1),
+        ("openai-python", "1.99.9", 1, 0),
+    ]
+    assert [
+        (r["run_id"], r["client"], r["requests"], r["failures"], r["retries"], r["sessions"])
+        for r in data["by_run"]
+    ] == [("run-a", "codex 0.171.0", 3, 1, 1, 1), ("run-b", "claude-code 2.1.3", 1, 1, 0, 0)]
+    assert data["by_run"][0]["last"] == "2026-12-01T10:00:01Z"
+    out = text.render(data)
+    assert "By client" in out and "By run" in out and "run-a" in out
+    html = page.render(Summary().feed([line(client=CODEX, run_id="run-a")]))
+    assert "<h2>By run</h2>" in html and "run-a" in html
+
+
+def test_runs_stop_at_the_key_bound_and_the_rest_is_other() -> None:
+    bounds = Bounds(keys=2)
+    at = summarise(*(line(run_id=f"r{i}") for i in range(2)), bounds=bounds)
+    assert {r["run_id"] for r in at["by_run"]} == {"r0", "r1"}
+    beyond = summarise(*(line(run_id=f"r{i}") for i in range(3)), bounds=bounds)
+    assert {r["run_id"] for r in beyond["by_run"]} == {"r0", "r1", OTHER}
+    assert beyond["bounds"]["overflowed"]["runs"] == 1
+
+
+@pytest.mark.parametrize("client", [None, "codex", 7, [], {"name": 7}, {"version": "1"}])
+def test_a_client_of_the_wrong_shape_is_read_as_absent(client: Any) -> None:
+    data = summarise(line(client=client, run_id=["x"]))
+    assert [(r["client"], r["version"]) for r in data["by_client"]] == [("-", "-")]
+    assert data["by_run"] == []

@@ -6,7 +6,7 @@ import base64
 import json
 
 from sseproxy.capture.sessions import Direction, Kind, Line, line_json, with_audio, without_audio
-from sseproxy.core.sessions.judges import audio_bytes
+from sseproxy.core.sessions.base import audio_bytes
 from sseproxy.observe.redact import Secrets
 
 PCM = base64.b64encode(bytes(4801)).decode()  # one byte past a multiple of 3: padded

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sseproxy.core.inject import InjectionError, parse_rules
+from sseproxy.core.sessions.base import SessionDialect
 from sseproxy.core.sessions.drills import End, Send, SessionDrill
-from sseproxy.core.sessions.judges import SessionDialect
 
 
 def steps(rules: str, dialect: SessionDialect, *messages: dict) -> list:

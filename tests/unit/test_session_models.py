@@ -7,14 +7,10 @@ import json
 from typing import Any
 
 from sseproxy.core import EndReason
-from sseproxy.core.sessions.judges import (
-    GeminiLiveJudge,
-    RealtimeJudge,
-    ResponsesJudge,
-    TurnJudge,
-    TurnResult,
-    parse_message,
-)
+from sseproxy.core.sessions import TurnJudge, TurnResult, parse_message
+from sseproxy.core.sessions.gemini_live import GeminiLiveJudge
+from sseproxy.core.sessions.realtime import RealtimeJudge
+from sseproxy.core.sessions.responses import ResponsesJudge
 
 
 def up(judge: TurnJudge, *messages: dict[str, Any]) -> list[TurnResult]:

@@ -1,4 +1,4 @@
-"""The turn state rules of WebSocket sessions (core/sessions/judges.py), dialect by dialect."""
+"""The turn state rules of WebSocket sessions (core/sessions/), dialect by dialect."""
 
 from __future__ import annotations
 
@@ -9,15 +9,10 @@ from typing import Any
 import pytest
 
 from sseproxy.core import EndReason
-from sseproxy.core.sessions.judges import (
-    GeminiLiveJudge,
-    RealtimeJudge,
-    ResponsesJudge,
-    SessionDialect,
-    TurnJudge,
-    TurnResult,
-    session_spec,
-)
+from sseproxy.core.sessions import SessionDialect, TurnJudge, TurnResult, session_spec
+from sseproxy.core.sessions.gemini_live import GeminiLiveJudge
+from sseproxy.core.sessions.realtime import RealtimeJudge
+from sseproxy.core.sessions.responses import ResponsesJudge
 
 
 def up(judge: TurnJudge, *messages: dict[str, Any]) -> list[TurnResult]:
@@ -377,7 +372,7 @@ def test_more_open_turns_than_the_bound_are_counted_not_kept() -> None:
 
 
 def test_five_sessions_in_ten_seconds_with_the_same_key_are_a_reconnect_loop() -> None:
-    from sseproxy.core.sessions.judges import ReconnectWatch
+    from sseproxy.core.sessions.reconnect import ReconnectWatch
 
     watch = ReconnectWatch()
     assert [watch.opened("openai", ("k1",), t * 0.3) for t in range(5)] == [False] * 4 + [True]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sseproxy.core import Dialect
+from sseproxy.core import Dialect, EndReason
 from sseproxy.core.dialects import bedrock_converse, cohere, gemini, openai_chat
 from tests.streams import sse, verdict_of
 
@@ -182,3 +182,49 @@ def test_every_converse_event_delta_and_stop_reason_is_known() -> None:
     assert events == bedrock_converse.CONVERSE_EVENTS
     assert set(shapes["ContentBlockDelta"]["members"]) == bedrock_converse.KNOWN_DELTAS
     assert set(shapes["StopReason"]["enum"]) == set(bedrock_converse.STOP_REASONS)
+
+
+# -- OpenAI Responses over a WebSocket (openai-python's beta BetaResponsesServerEvent) ----------
+
+
+def responses_ws_event_types() -> set[str]:
+    from openai.types.beta.beta_responses_server_event import BetaResponsesServerEvent
+
+    return type_literals(BetaResponsesServerEvent)
+
+
+def test_the_websocket_union_has_the_steering_answers() -> None:
+    names = responses_ws_event_types()
+    assert {"response.steer.accepted", "response.steer.pending", "response.steer.failed"} <= names
+
+
+@pytest.mark.parametrize("event_type", sorted(responses_ws_event_types()))
+def test_every_responses_websocket_event_type_is_known(event_type: str) -> None:
+    """Each server event inside an open turn (a steering answer, an injection's, a lane's):
+    none is `unknown_event_type`, on the turn or the session."""
+    from sseproxy.core.sessions.responses import ResponsesJudge
+
+    judge = ResponsesJudge()
+    judge.client({"type": "response.create", "stream_id": "lane-1"})
+    ended = []
+    for event in (
+        {"type": "response.created", "stream_id": "lane-1", "response": {"id": "r"}},
+        {"type": event_type, "stream_id": "lane-1"},
+    ):
+        raw = json.dumps(event).encode()
+        ended += judge.upstream(event, raw).ended
+    ended += judge.close(EndReason.CLIENT_DISCONNECTED)
+    assert "unknown_event_type" not in judge.anomalies
+    assert all("unknown_event_type" not in t.verdict.anomalies for t in ended)
+
+
+def test_every_incomplete_reason_of_a_websocket_response_has_its_category() -> None:
+    from openai.types.beta.beta_response import IncompleteDetails
+
+    from sseproxy.core.dialects import openai_responses
+
+    reasons = literals(IncompleteDetails.model_fields["reason"].annotation)
+    assert "steered" in reasons
+    # max_messages: a limit the response does not say more of, `other` on purpose
+    assert reasons - set(openai_responses.INCOMPLETE_CATEGORY) == {"max_messages"}
+    assert openai_responses.INCOMPLETE_CATEGORY["steered"] == "pause"

@@ -35,6 +35,9 @@ FINAL_STATUSES = {"completed", "incomplete", "failed", "cancelled"}
 INCOMPLETE_CATEGORY = {
     "max_output_tokens": FinishCategory.LENGTH,
     "content_filter": FinishCategory.CONTENT_FILTER,
+    # over a WebSocket, `response.steer` ended it at a safe boundary and a successor the server
+    # makes continues it: a pause handed over (core/sessions/responses.py), not a failure
+    "steered": FinishCategory.PAUSE,
 }
 CLIENT_TOOL_ITEMS = {"function_call", "custom_tool_call"}
 # Progress events that carry nothing to assemble; listed so that anything else is "unknown".
@@ -78,6 +81,7 @@ def responses_usage(raw: dict[str, Any]) -> Usage:
         total_tokens=as_int(raw.get("total_tokens")),
         reasoning_tokens=as_int(dig(raw, "output_tokens_details", "reasoning_tokens")),
         cached_tokens=as_int(dig(raw, "input_tokens_details", "cached_tokens")),
+        cache_write_tokens=as_int(dig(raw, "input_tokens_details", "cache_write_tokens")),
         raw=raw,
     )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sseproxy.core.inject import Rule
-from sseproxy.core.sessions.judges import SessionDialect
+from sseproxy.core.sessions.base import SessionDialect
 
 DRILL_REASON = "sseproxy drill"
 SESSION_RULES = frozenset(

@@ -338,6 +338,30 @@ def render(summary: Summary) -> str:
         _states_rows(data["by_route"], "route", states),
         "<h2>By dialect</h2>",
         _states_rows(data["by_dialect"], "dialect", states),
+        "<h2>By client</h2>",
+        _states_rows(
+            [{**r, "client": f"{r['client']} {r['version']}"} for r in data["by_client"]],
+            "client",
+            states,
+        ),
+        "<h2>By run</h2>",
+        _table(
+            ["run", "client", "requests", "failure rate", "retries", "sessions", "first", "last"],
+            [
+                [
+                    r["run_id"],
+                    r["client"],
+                    r["requests"],
+                    f"{r['failure_rate']:.1%}",
+                    r["retries"],
+                    r["sessions"],
+                    r["first"] or "-",
+                    r["last"] or "-",
+                ]
+                for r in data["by_run"]
+            ],
+            text_columns=2,
+        ),
         "<h2>Latency per model</h2>",
         latency,
         "<h2>Anomalies</h2>",

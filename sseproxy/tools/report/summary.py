@@ -94,6 +94,27 @@ class StateCounts:
         return sum(n for s, n in self.counts.items() if s in FAILURES)
 
 
+class RunCounts(StateCounts):
+    """One agent run's requests per state (`run_id`), its client, retries and sessions."""
+
+    __slots__ = ("client", "first", "last", "retries", "sessions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = NONE  # the client of its first record
+        self.retries = 0  # records linked as a retry of an earlier one
+        self.sessions = 0  # WebSocket connections (session.finished)
+        self.first: datetime.datetime | None = None
+        self.last: datetime.datetime | None = None
+
+    def seen(self, client: str, moment: datetime.datetime | None) -> None:
+        if self.client == NONE:
+            self.client = client
+        if moment is not None:
+            self.first = moment if self.first is None else min(self.first, moment)
+            self.last = moment if self.last is None else max(self.last, moment)
+
+
 class AnomalyCounts:
     __slots__ = ("occurrences", "requests")
 
@@ -143,6 +164,14 @@ def parse_time(value: Any) -> datetime.datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
+def client_of(record: dict[str, Any]) -> tuple[str, str]:
+    """The record's client as (name, version), `-` for what it left out."""
+    client = record.get("client")
+    if not isinstance(client, dict) or not _text(client.get("name")):
+        return NONE, NONE  # a version without a name names no client
+    return _key(client.get("name")), _key(client.get("version"))
+
+
 def model_of(record: dict[str, Any]) -> str:
     """The model asked for, else the one that answered: the report's and the views' key."""
     return _key(record.get("model") or record.get("response_model"))
@@ -189,6 +218,11 @@ class Summary:
         self.drill_states: Table[Count] = BoundedTable(keys, Count, OTHER)
         self.drill_cuts: Table[Count] = BoundedTable(keys, Count, OTHER)
         self.drill_rules: Table[Count] = BoundedTable(keys, Count, OTHER)
+        # requests by client (name, version), and by the agent run they say they belong to
+        self.clients: BoundedTable[tuple[str, str], StateCounts] = BoundedTable(
+            keys, StateCounts, (OTHER, OTHER)
+        )
+        self.runs: Table[RunCounts] = BoundedTable(keys, RunCounts, OTHER)
 
     def feed(self, lines: Iterable[bytes | TooLong]) -> Summary:
         for line in lines:
@@ -237,6 +271,11 @@ class Summary:
         )
         self.session_closes.row(key).n += 1
         _add_anomalies(self.session_anomalies, record.get("anomalies"))
+        run_id = _text(record.get("run_id"))
+        if run_id:
+            run = self.runs.row(run_id)
+            run.sessions += 1
+            run.seen(" ".join(client_of(record)), parse_time(record.get("timestamp")))
 
     def record(self, record: dict[str, Any]) -> None:
         moment = parse_time(record.get("timestamp"))
@@ -256,6 +295,15 @@ class Summary:
         self.dialects.row(_key(record.get("dialect"))).add(state)
         self.models.row(model).add(state)
         self.model_routes.row((model, route)).add(state)
+        client = client_of(record)
+        self.clients.row(client).add(state)
+        run_id = _text(record.get("run_id"))
+        if run_id:
+            run = self.runs.row(run_id)
+            run.add(state)
+            run.seen(" ".join(client), moment)
+            if isinstance(record.get("retry"), dict):
+                run.retries += 1
         _add_anomalies(self.anomalies, record.get("anomalies"))
         interruption = record.get("interruption")
         if isinstance(interruption, dict):

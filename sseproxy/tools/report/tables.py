@@ -59,6 +59,25 @@ def report(summary: Summary) -> dict[str, Any]:
         (_row({"model": m, "route": r}, v) for (m, r), v in summary.model_routes.items()),
         key=lambda r: (-r["requests"], r["model"], r["route"]),
     )
+    clients = sorted(
+        (_row({"client": c, "version": v}, n) for (c, v), n in summary.clients.items()),
+        key=lambda r: (-r["requests"], r["client"], r["version"]),
+    )
+    runs = sorted(
+        (
+            {
+                "run_id": k,
+                "client": v.client,
+                **_row({}, v),
+                "retries": v.retries,
+                "sessions": v.sessions,
+                "first": _iso(v.first),
+                "last": _iso(v.last),
+            }
+            for k, v in summary.runs.items()
+        ),
+        key=lambda r: (-r["requests"], r["run_id"]),
+    )
     anomalies: list[dict[str, Any]] = [
         {"name": k, "occurrences": v.occurrences, "requests": v.requests}
         for k, v in summary.anomalies.items()
@@ -91,6 +110,8 @@ def report(summary: Summary) -> dict[str, Any]:
         "by_dialect": by(summary.dialects, "dialect"),
         "by_model": by(summary.models, "model"),
         "by_model_route": model_routes,
+        "by_client": clients,
+        "by_run": runs,
         "anomalies": anomalies,
         "cuts": sorted(
             ({"reason": k, "requests": v.n} for k, v in summary.cuts.items()),
@@ -146,6 +167,8 @@ def report(summary: Summary) -> dict[str, Any]:
                     ("drill_states", summary.drill_states),
                     ("drill_cuts", summary.drill_cuts),
                     ("drill_rules", summary.drill_rules),
+                    ("clients", summary.clients),
+                    ("runs", summary.runs),
                 )
                 if table.overflowed
             },

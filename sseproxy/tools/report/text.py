@@ -50,6 +50,32 @@ def _states_table(
     return [title, *_table([name, "requests", "fail%", *states], body), *more, ""]
 
 
+def _clients_table(rows: list[dict[str, Any]], states: list[str]) -> list[str]:
+    named = [{**r, "client": f"{r['client']} {r['version']}"} for r in rows]
+    return _states_table("By client", "client", named, states)
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The agent runs the clients named (Codex's session-id, Claude Code's session header)."""
+    if not rows:
+        return []
+    body = [
+        [
+            one_line(r["run_id"]),
+            one_line(r["client"]),
+            str(r["requests"]),
+            f"{r['failure_rate']:.1%}",
+            str(r["retries"]),
+            str(r["sessions"]),
+            one_line(r["first"] or "-")[:19],
+        ]
+        for r in rows[:TOP]
+    ]
+    head = ["run", "client", "requests", "fail%", "retries", "sessions", "first"]
+    more = [f"  ... {len(rows) - TOP} more"] if len(rows) > TOP else []
+    return ["By run", *_table(head, body, 2), *more, ""]
+
+
 def render(data: dict[str, Any]) -> str:
     lines = data["lines"]
     span = data["span"]
@@ -70,6 +96,8 @@ def render(data: dict[str, Any]) -> str:
     out += _states_table("By model", "model", data["by_model"], states)
     out += _states_table("By route", "route", data["by_route"], states)
     out += _states_table("By dialect", "dialect", data["by_dialect"], states)
+    out += _clients_table(data["by_client"], states)
+    out += _runs_table(data["by_run"])
     if data["latency"]:
         rows = [
             [
