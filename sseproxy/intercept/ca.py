@@ -42,6 +42,8 @@ CA_VALIDITY = datetime.timedelta(days=3650)
 BACKDATE = datetime.timedelta(days=1)
 # Leaf validity from its back-dated start: under Chromium's 200 days (180 + the day before).
 LEAF_VALIDITY = datetime.timedelta(days=181)
+# A kept context is made again once its leaf is this old (a proxy that runs for months).
+LEAF_REFRESH = datetime.timedelta(days=90)
 # Destinations whose TLS context is kept (a context per host and port; the oldest goes first).
 MAX_CONTEXTS = 256
 ALPN = ("http/1.1",)
@@ -208,11 +210,14 @@ class Leaves:
     def context(self, destination: Destination) -> InterceptContext:
         """The server-side context for `destination`, made on first use (one signature)."""
         context = self._contexts.get(destination)
-        if context is not None:
+        now = _now()
+        if context is not None and now - context.minted_at < LEAF_REFRESH:
             self._contexts.move_to_end(destination)
             return context
-        context = self._make_context(destination, self.certificate(destination.host))
+        context = self._make_context(destination, self.certificate(destination.host, now))
+        context.minted_at = now
         self._contexts[destination] = context
+        self._contexts.move_to_end(destination)
         if len(self._contexts) > self.limit:
             self._contexts.popitem(last=False)
         return context

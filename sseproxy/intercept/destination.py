@@ -9,6 +9,7 @@ the request arrived on does. No `cryptography` import here: admission loads this
 
 from __future__ import annotations
 
+import datetime
 import ssl
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ class InterceptContext(ssl.SSLContext):
 
     destination: Destination
     route: Route
+    minted_at: datetime.datetime  # when its leaf was signed
 
 
 def intercepted_route(sslcontext: object) -> Route | None:

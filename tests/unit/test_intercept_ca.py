@@ -184,3 +184,20 @@ def test_contexts_are_kept_up_to_the_bound_and_the_oldest_goes(authority: ca.Aut
     assert leaves.minted == ca.MAX_CONTEXTS + 1
     assert leaves.context(hosts[1]) is not first[1]  # the oldest: minted again
     assert leaves.minted == ca.MAX_CONTEXTS + 2
+
+
+def test_a_kept_context_is_made_again_before_its_leaf_expires(
+    authority: ca.Authority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leaves = ca.Leaves(authority)
+    destination = Destination("api.openai.com", 443)
+    monkeypatch.setattr(ca, "_now", lambda: NOW)
+    first = leaves.context(destination)
+    later = NOW + ca.LEAF_REFRESH - datetime.timedelta(seconds=1)
+    monkeypatch.setattr(ca, "_now", lambda: later)
+    assert leaves.context(destination) is first
+    monkeypatch.setattr(ca, "_now", lambda: NOW + ca.LEAF_REFRESH)
+    again = leaves.context(destination)
+    assert again is not first and len(leaves) == 1
+    assert again.minted_at == NOW + ca.LEAF_REFRESH
+    assert ca.LEAF_REFRESH < ca.LEAF_VALIDITY - ca.BACKDATE  # refreshed while still valid
