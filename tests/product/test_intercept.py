@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import ssl
 import uuid
@@ -334,3 +335,40 @@ async def test_a_websocket_session_through_the_intercept(
     assert (session["dialect"], session["route"], session["turns"]) == ("websocket", "intercept", 0)
     assert (session["close_code"], session["closed_by"]) == (4000, "upstream")
     assert session["messages"] == {"client": 2, "upstream": 2}
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="needs Node.js")
+async def test_a_node_client_trusting_the_ca_from_node_extra_ca_certs(
+    intercepting: ProxyProcess, trusted: Fronts, fake: FakeProvider
+) -> None:
+    """Node's OpenSSL and its own trust store plus NODE_EXTRA_CA_CERTS: the leaf verifies,
+    ALPN settles on http/1.1 though h2 was offered first, and the stream is recorded."""
+    assert NODE is not None
+    name = f"ok-{uuid.uuid4().hex[:10]}"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "NODE_EXTRA_CA_CERTS": intercepting.started["intercept_ca"],
+        "PROXY_ADDRESS": intercepting.started["intercept_listen"],
+        "TARGET": f"localhost:{trusted.tls_port}",
+        "MODEL": name,
+    }
+    script = Path(__file__).with_name("node_connect.js")
+    process = await asyncio.create_subprocess_exec(
+        NODE, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(CLIENT_TIMEOUT):
+        out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    got = json.loads(out)
+    assert (got["status"], got["alpn"]) == (200, "http/1.1")
+    assert got["body"].rstrip().endswith("data: [DONE]")
+    [record] = await intercepting.wait_records(lambda r: r.get("model") == name)
+    assert (record["route"], record["dialect"], record["state"]) == (
+        "intercept",
+        "openai-chat",
+        "completed",
+    )
+    assert record["bytes"] == len(got["body"].encode())
