@@ -120,7 +120,7 @@ class InterceptListener:
         for task in list(self.tasks):
             task.cancel()
         for tunnel in list(self.tunnels):
-            tunnel.close()
+            tunnel.close(by="proxy")
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=STOP_WAIT)
         deadline = asyncio.get_running_loop().time() + STOP_WAIT

@@ -90,7 +90,10 @@ class Tunnel:
             if exc is not None:
                 self.error = f"{type(exc).__name__}: {exc}"
 
-    def close(self) -> None:
+    def close(self, by: str | None = None) -> None:
+        """Close both sides; `by`: who is closing, when neither side has ("proxy")."""
+        if by is not None and self.closed_by is None:
+            self.closed_by = by
         for side in (self.client, self.upstream):
             if side.transport is not None and not side.transport.is_closing():
                 side.transport.close()

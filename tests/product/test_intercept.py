@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import uuid
@@ -372,3 +373,26 @@ async def test_a_node_client_trusting_the_ca_from_node_extra_ca_certs(
         "completed",
     )
     assert record["bytes"] == len(got["body"].encode())
+
+
+async def test_a_tunnel_open_at_shutdown_is_closed_and_written_before_the_proxy_stops(
+    fake: FakeProvider, loop: str | None, trusted: Fronts, tmp_path: Path
+) -> None:
+    args = ["--intercept-listen", "127.0.0.1:0", "--ca-dir", str(tmp_path / "ca")]
+    process = start_proxy(tmp_path, fake.url, loop, args)
+    try:
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            reader, writer, head = await open_connect(process, f"127.0.0.1:{trusted.echo_port}")
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.write(b"abc")
+            assert await reader.readexactly(3) == b"abc"
+            process.send(signal.SIGTERM)
+            assert await reader.read() == b""  # the proxy closed the tunnel
+            writer.close()
+        assert await process.wait_exit() == 0
+        events = [r.get("event") for r in process.records()]
+        assert events.index("connect.finished") < events.index("proxy.stopped")
+        [line] = connect_lines(process, mode="tunnel")
+        assert (line["closed_by"], line["bytes_up"], line["bytes_down"]) == ("proxy", 3, 3)
+    finally:
+        process.stop()
