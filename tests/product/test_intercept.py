@@ -22,6 +22,8 @@ import httpx
 import openai
 import pytest
 import websockets
+from google import genai
+from google.genai import types
 
 from tests.product.fake_provider import FakeProvider
 from tests.product.proxy_process import ProxyProcess, start_proxy
@@ -396,3 +398,36 @@ async def test_a_tunnel_open_at_shutdown_is_closed_and_written_before_the_proxy_
         assert (line["closed_by"], line["bytes_up"], line["bytes_down"]) == ("proxy", 3, 3)
     finally:
         process.stop()
+
+
+def gemini_text_sync(base_url: str, name: str, client_args: dict[str, Any] | None) -> str:
+    """google-genai's sync client (httpx); `client_args`: the proxy and the CA."""
+    client = genai.Client(
+        api_key="gk-test",
+        http_options=types.HttpOptions(base_url=base_url, client_args=client_args),
+    )
+    try:
+        stream = client.models.generate_content_stream(model=name, contents="hi")
+        return "".join(chunk.text or "" for chunk in stream)
+    finally:
+        client.close()
+
+
+async def test_google_genai_through_https_proxy(
+    intercepting: ProxyProcess, trusted: Fronts
+) -> None:
+    name = f"ok-{uuid.uuid4().hex[:10]}"
+    base = f"https://localhost:{trusted.tls_port}"
+    through = {"proxy": proxy_address(intercepting), "verify": client_tls(intercepting)}
+    async with asyncio.timeout(CLIENT_TIMEOUT):
+        got = await asyncio.to_thread(gemini_text_sync, base, name, through)
+        reverse = await asyncio.to_thread(gemini_text_sync, intercepting.url, name, None)
+    assert got == reverse and got
+    records = await intercepting.wait_records(lambda r: r.get("model") == name, n=2)
+    by_route = {r["route"]: r for r in records}
+    assert set(by_route) == {"intercept", "gemini"}
+    assert (by_route["intercept"]["dialect"], by_route["intercept"]["state"]) == (
+        "gemini",
+        "completed",
+    )
+    same_content(by_route["gemini"], by_route["intercept"])
