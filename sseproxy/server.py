@@ -254,7 +254,10 @@ async def start_intercept(settings: Settings, runner: web.AppRunner, backlog: in
     server = runner.server
     assert server is not None  # set up before this is called
     listener = InterceptListener(
-        ListenerSettings(settings.intercepted_hosts, settings.connect_timeout),
+        # an IPv6 host is named in brackets ("[::1]"), a CONNECT target's address without
+        ListenerSettings(
+            frozenset(h.strip("[]") for h in settings.intercepted_hosts), settings.connect_timeout
+        ),
         Leaves(authority),
         server,
     )
