@@ -580,7 +580,8 @@ def _ca(args: argparse.Namespace) -> int:
     except (ca.CAError, OSError) as exc:
         print(f"sseproxy ca: {exc}", file=sys.stderr)
         return 1
-    text = advice.render(authority, created, bundle, settings.intercept_listen, args.env)
+    listen, hosts = settings.intercept_listen, settings.intercepted_hosts
+    text = advice.render(authority, created, bundle, listen, args.env, hosts)
     sys.stdout.write(text)
     return 0
 

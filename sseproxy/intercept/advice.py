@@ -19,8 +19,8 @@ from sseproxy.intercept.ca import Authority
 BUNDLE = "sseproxy-ca-bundle.pem"
 # Where the proxy is reached when intercept_listen is not set yet (shown, not listened on).
 SUGGESTED_LISTEN = "127.0.0.1:8791"
-# Loopback always bypasses the proxy: a local model server, the reverse proxy itself.
-NO_PROXY = "localhost,127.0.0.1,::1"
+# Loopback bypasses the proxy: a local model server, the reverse proxy itself.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +61,22 @@ def proxy_url(listen: str) -> str:
     return f"http://{host}:{port}"
 
 
-def client_environment(ca_file: Path, bundle: Path, listen: str) -> list[Variable]:
-    """Every variable, in the order a shell should set them (a later one may repeat a name
-    with the same value: each client family's list is complete on its own)."""
+def no_proxy(intercepted: frozenset[str] = frozenset()) -> str:
+    """The loopback names, less any named for interception (a local stand-in for a provider,
+    as the tests use, must go through the proxy to be intercepted)."""
+    names = [n for n in LOOPBACK_NAMES if n not in intercepted and f"[{n}]" not in intercepted]
+    return ",".join(names)
+
+
+def client_environment(
+    ca_file: Path, bundle: Path, listen: str, intercepted: frozenset[str] = frozenset()
+) -> list[Variable]:
+    """Every variable a client needs, in order (also what `sseproxy run --intercept` gives
+    its child)."""
     proxy = proxy_url(listen)
     return [
         Variable("HTTPS_PROXY", proxy, "every client: where to send https traffic"),
-        Variable("NO_PROXY", NO_PROXY, "every client: loopback stays direct"),
+        Variable("NO_PROXY", no_proxy(intercepted), "every client: loopback stays direct"),
         Variable("NODE_EXTRA_CA_CERTS", str(ca_file), "Node, Bun, Claude Code (process env only)"),
         Variable("NODE_USE_ENV_PROXY", "1", "Node's built-in fetch reads HTTPS_PROXY only then"),
         Variable("SSL_CERT_FILE", str(bundle), "Codex, httpx (openai, anthropic SDKs), OpenSSL"),
@@ -76,8 +85,15 @@ def client_environment(ca_file: Path, bundle: Path, listen: str) -> list[Variabl
     ]
 
 
-def render(authority: Authority, created: bool, bundle: Path, listen: str, env_only: bool) -> str:
-    variables = client_environment(authority.cert_path, bundle, listen)
+def render(
+    authority: Authority,
+    created: bool,
+    bundle: Path,
+    listen: str,
+    env_only: bool,
+    intercepted: frozenset[str] = frozenset(),
+) -> str:
+    variables = client_environment(authority.cert_path, bundle, listen, intercepted)
     exports = [f"export {v.name}={_quote(v.value)}" for v in variables]
     if env_only:
         return "\n".join(exports) + "\n"

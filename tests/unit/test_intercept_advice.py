@@ -78,3 +78,29 @@ def test_ca_in_a_folder_it_cannot_write_says_so(
     err = capsys.readouterr().err
     assert code == 1
     assert err.startswith("sseproxy ca: cannot create the CA in ")
+
+
+@pytest.mark.parametrize(
+    ("intercepted", "expected"),
+    [
+        (frozenset(), "localhost,127.0.0.1,::1"),
+        (frozenset({"api.openai.com", "chatgpt.com"}), "localhost,127.0.0.1,::1"),
+        (frozenset({"localhost"}), "127.0.0.1,::1"),  # a local stand-in, intercepted in tests
+        (frozenset({"127.0.0.1", "[::1]"}), "localhost"),
+    ],
+)
+def test_no_proxy_keeps_loopback_less_what_is_intercepted(
+    intercepted: frozenset[str], expected: str
+) -> None:
+    from sseproxy.intercept.advice import no_proxy
+
+    assert no_proxy(intercepted) == expected
+
+
+def test_ca_leaves_an_intercepted_loopback_name_out_of_no_proxy(
+    data_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSEPROXY_INTERCEPT_HOSTS", "localhost")
+    code, out = run_ca(["--env"], data_home, capsys)
+    assert code == 0
+    assert "export NO_PROXY=127.0.0.1,::1" in out.splitlines()
