@@ -256,7 +256,9 @@ async def start_intercept(settings: Settings, runner: web.AppRunner, backlog: in
     listener = InterceptListener(
         # an IPv6 host is named in brackets ("[::1]"), a CONNECT target's address without
         ListenerSettings(
-            frozenset(h.strip("[]") for h in settings.intercepted_hosts), settings.connect_timeout
+            frozenset(h.strip("[]") for h in settings.intercepted_hosts),
+            settings.connect_timeout,
+            max_tunnels=settings.max_concurrent_streams,
         ),
         Leaves(authority),
         server,

@@ -44,7 +44,8 @@ MAX_HELD_BYTES = 1024 * 1024
 STOP_WAIT = 0.5
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 REASONS = {400: "Bad Request", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
-REASONS |= {502: "Bad Gateway", 504: "Gateway Timeout", 408: "Request Timeout"}
+REASONS |= {502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+REASONS |= {408: "Request Timeout"}
 # TLS alerts by which a client says it does not trust the certificate it was shown.
 REFUSED_CERTIFICATE = frozenset(
     {
@@ -64,6 +65,7 @@ ProtocolFactory = Callable[[], asyncio.Protocol]
 class ListenerSettings:
     hosts: Collection[str]  # intercepted host names, lower case
     connect_timeout: float  # to a tunnelled host
+    max_tunnels: int = 2000  # open at once; beyond, 503 (the proxy's max_concurrent_streams)
     head_timeout: float = HEAD_TIMEOUT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
 
@@ -202,6 +204,10 @@ class InterceptListener:
         self, transport: asyncio.Transport, destination: Destination, rest: bytes, started: float
     ) -> None:
         loop = asyncio.get_running_loop()
+        if len(self.tunnels) >= self.settings.max_tunnels:
+            answer(transport, 503, f"{self.settings.max_tunnels} tunnels are open already")
+            connect_finished(destination, "tunnel", "overloaded", started)
+            return
 
         def done(tunnel: Tunnel) -> None:
             self.tunnels.discard(tunnel)

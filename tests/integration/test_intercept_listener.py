@@ -161,3 +161,34 @@ async def test_the_bound_port_is_returned(tmp_path: Path, leaves: Leaves) -> Non
         assert port > 0
     finally:
         await proxy.stop()
+
+
+async def test_tunnels_up_to_the_bound_and_one_more_is_answered_503(
+    leaves: Leaves, echo: int, logs: LogCapture
+) -> None:
+    settings = ListenerSettings(set(), connect_timeout=5, max_tunnels=2)
+    proxy = InterceptListener(settings, leaves, Answering)
+    port = await proxy.start("127.0.0.1", 0)
+    head = f"CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n\r\n".encode()
+    opened = []
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            for _ in range(2):  # at the bound
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(head)
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+                opened.append(writer)
+            answer = await exchange(port, head)  # one more
+            assert answer.startswith(b"HTTP/1.1 503 ")
+            assert connect_lines(logs)[-1]["outcome"] == "overloaded"
+            opened.pop().close()
+            while len(proxy.tunnels) > 1:
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head)  # a place is free again
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            opened.append(writer)
+    finally:
+        for writer in opened:
+            writer.close()
+        await proxy.stop()
