@@ -21,7 +21,7 @@ from sseproxy.core import Dialect
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-COMMANDS = ("serve", "replay", "mock", "demo", "report")
+COMMANDS = ("serve", "replay", "mock", "demo", "report", "ca")
 VERSION_FLAGS = ("--version", "-V")
 VERSION = f"sseproxy {__version__}"
 VERSION_HELP = "print the version and exit (default: off)"
@@ -34,11 +34,19 @@ OTHER_COMMANDS = (
     ("mock", "serve recorded streams as a fake upstream"),
     ("demo", "see sseproxy work on bundled streams, offline"),
     ("report", "summarise JSON-lines logs of records: states, anomalies, the slowest"),
+    ("ca", "intercept mode's CA: its file, fingerprint and the environment clients need"),
 )
 DEFAULTS = Settings()
 SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
 DIALECTS = tuple(d.value for d in Dialect)
 DEMO_LOG_FORMAT = "console"
+# Settings whose flag is given once per value.
+REPEATABLE = frozenset({"intercept_hosts"})
+# Defaults that an empty value stands for.
+DEFAULT_SHOWN = {
+    "intercept_hosts": "the bundled routes' https hosts and chatgpt.com",
+    "ca_dir": "$XDG_DATA_HOME/sseproxy, else ~/.local/share/sseproxy",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,17 @@ SERVE_FLAGS = (
     Flag("metrics_models", "model names allowed as a metrics label (comma-separated)", "NAMES"),
     Flag("otel_endpoint", "export one OpenTelemetry span per request to this OTLP/HTTP URL", "URL"),
     Flag("otel_service_name", "OpenTelemetry service.name", "NAME"),
+    Flag(
+        "intercept_listen",
+        "also run a forward proxy (CONNECT) on this address for HTTPS_PROXY clients",
+        "HOST:PORT",
+    ),
+    Flag(
+        "intercept_hosts",
+        "a host whose TLS the forward proxy terminates (repeatable)",
+        "HOST",
+    ),
+    Flag("ca_dir", "folder of the interception CA (made there on first use)", "DIR"),
 )
 
 
@@ -181,10 +200,15 @@ def _serve_parser(sub: Any) -> None:
     for flag in SERVE_FLAGS:
         default = getattr(DEFAULTS, flag.setting)
         option = flag_name(flag.setting)
-        text = f"{flag.help} (default: {shown(default)}; env {ENV_PREFIX}{flag.setting.upper()})"
+        value = DEFAULT_SHOWN.get(flag.setting) or shown(default)
+        text = f"{flag.help} (default: {value}; env {ENV_PREFIX}{flag.setting.upper()})"
         if isinstance(default, bool):
             p.add_argument(
                 option, dest=flag.setting, action=argparse.BooleanOptionalAction, help=text
+            )
+        elif flag.setting in REPEATABLE:
+            p.add_argument(
+                option, dest=flag.setting, action="append", metavar=flag.metavar, help=text
             )
         elif flag.choices:
             p.add_argument(option, dest=flag.setting, choices=flag.choices, help=text)
@@ -283,6 +307,35 @@ def _demo_parser(sub: Any) -> None:
     )
 
 
+def _ca_parser(sub: Any) -> None:
+    p: Parser = sub.add_parser("ca", help=dict(OTHER_COMMANDS)["ca"])
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read ca_dir and intercept_listen from this file (default: none; env "
+        f"{ENV_PREFIX}CONFIG)",
+    )
+    p.add_argument(
+        "--ca-dir",
+        dest="ca_dir",
+        metavar="DIR",
+        help=f"folder of the CA, made on first use (default: {DEFAULT_SHOWN['ca_dir']}; env "
+        f"{ENV_PREFIX}CA_DIR)",
+    )
+    p.add_argument(
+        "--intercept-listen",
+        dest="intercept_listen",
+        metavar="HOST:PORT",
+        help=f"the address the variables point clients at (default: the setting, else "
+        f"suggested; env {ENV_PREFIX}INTERCEPT_LISTEN)",
+    )
+    p.add_argument(
+        "--env",
+        action="store_true",
+        help='print only the export lines, for eval "$(sseproxy ca --env)" (default: off)',
+    )
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, but `--help` lets a broken pipe through to `main` (argparse's own
     printing swallows it once the text outgrows stdout's buffer, and exits 0); and it keeps
@@ -331,6 +384,7 @@ def build_parser() -> Parser:
     _replay_parser(sub)
     _mock_parser(sub)
     _demo_parser(sub)
+    _ca_parser(sub)
     from sseproxy.tools.report.command import add_parser as report_parser
 
     report_parser(sub)
@@ -399,6 +453,8 @@ def _command(argv: Sequence[str] | None, color: bool) -> int:
         from sseproxy.tools.report.command import run as report
 
         return report(args)
+    if args.command == "ca":
+        return _ca(args)
     if args.command == "demo":
         from sseproxy.tools import demo
 
@@ -505,6 +561,29 @@ def _replay_session(args: argparse.Namespace) -> int:
         print(f"sseproxy replay: {args.file!r}: not a session capture ({exc})", file=sys.stderr)
         return EXIT_USAGE
     return replay_session(file)
+
+
+def _ca(args: argparse.Namespace) -> int:
+    from sseproxy.intercept import advice, ca
+
+    overrides = {"ca_dir": args.ca_dir, "intercept_listen": args.intercept_listen}
+    try:
+        settings = load(args.config, os.environ, overrides)
+        directory = ca.ca_directory(settings.ca_dir, os.environ)
+        created = not (directory / ca.CA_CERT).exists()
+        authority = ca.load_or_create(directory)
+        bundle = advice.write_bundle(authority, advice.system_trust_file())
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"sseproxy: config: {problem}", file=sys.stderr)
+        return 2
+    except (ca.CAError, OSError) as exc:
+        print(f"sseproxy ca: {exc}", file=sys.stderr)
+        return 1
+    listen, hosts = settings.intercept_listen, settings.intercepted_hosts
+    text = advice.render(authority, created, bundle, listen, args.env, hosts)
+    sys.stdout.write(text)
+    return 0
 
 
 def _serve(args: argparse.Namespace, color: bool) -> int:

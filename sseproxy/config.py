@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import ipaddress
 import math
 import os
 import re
@@ -43,7 +44,10 @@ INSPECTOR_BOUNDS = (
     "inspector_sessions",
     "inspector_session_messages",
 )
-FLAG_NAMES = {"capture_dir": "capture"}  # settings whose flag is not their name
+FLAG_NAMES = {
+    "capture_dir": "capture",
+    "intercept_hosts": "intercept-host",
+}  # settings whose flag is not their name
 # Names people reach for that are not settings but part of one: `Settings.host` and `.port`
 # are read from `listen`, which is what a `port` key or SSEPROXY_PORT meant.
 MEANT = {"host": "listen", "port": "listen"}
@@ -197,6 +201,12 @@ class Settings:
     inspector_session_messages: int = 2000
     otel_endpoint: str = ""
     otel_service_name: str = "sseproxy"
+    # Intercept mode (docs/intercept.md): a forward proxy's address (empty: off), the hosts
+    # whose TLS it terminates (empty: INTERCEPT_DEFAULTS), where its CA lives (empty: the
+    # user's data directory).
+    intercept_listen: str = ""
+    intercept_hosts: tuple[str, ...] = ()
+    ca_dir: str = ""
     routes: tuple[Route, ...] = ()
 
     @property
@@ -212,6 +222,12 @@ class Settings:
         """`upstream` as it may be printed: userinfo masked."""
         return mask_userinfo(self.upstream) if self.upstream else None
 
+    @property
+    def intercepted_hosts(self) -> frozenset[str]:
+        """The hosts intercept mode terminates: `intercept_hosts`, or by default the https
+        providers of the bundled routes and the agents' own backends."""
+        return frozenset(self.intercept_hosts) if self.intercept_hosts else intercept_defaults()
+
     def route_for(self, raw_path: str) -> Route | None:
         """The route of a raw request target; raises BadTarget for one it refuses."""
         match_path = parse_target(raw_path).match_path
@@ -226,6 +242,19 @@ SCALAR_FIELDS = {f.name: f for f in fields(Settings) if f.name != "routes"}
 def split_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+# Hosts agents reach whatever their base URL says (Codex signed in with ChatGPT).
+AGENT_BACKENDS = ("chatgpt.com",)
+
+
+@functools.cache
+def intercept_defaults() -> frozenset[str]:
+    """The https hosts of the bundled routes (commented-out ones are not routes), and the
+    agents' backends."""
+    routes = _parse(default_config_text(), "the bundled defaults").get("routes", [])
+    hosts = {URL(r["upstream"]).host for r in routes if r["upstream"].startswith("https://")}
+    return frozenset({h.lower() for h in hosts if h} | set(AGENT_BACKENDS))
 
 
 def default_config_text() -> str:
@@ -518,6 +547,21 @@ def _validate(
             raise ValueError
     except ValueError:
         bad("listen", "is not HOST:PORT")
+    if settings.intercept_listen:
+        try:
+            _, port = split_listen(settings.intercept_listen)
+            if not 0 <= port <= 65535:
+                raise ValueError
+        except ValueError:
+            bad("intercept_listen", "is not HOST:PORT")
+        else:
+            host = settings.intercept_listen.rpartition(":")[0].strip("[]")
+            if not _loopback(host) and not settings.allow_remote:
+                bad(
+                    "intercept_listen",
+                    "is not a loopback address: a forward proxy there would carry anyone's "
+                    "traffic anywhere (set allow_remote = true to allow it)",
+                )
     if settings.upstream and (problem := _upstream_problem(settings.upstream)):
         problems.append(f"upstream: {settings.public_upstream!r} {problem}")
     for key, choices in (
@@ -543,9 +587,10 @@ def _validate(
     ca_file = settings.upstream_ca_file
     if ca_file and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
         bad("upstream_ca_file", "is not a readable file")
-    for host in settings.allowed_hosts:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
-            problems.append(f"allowed_hosts: {host!r} is not a host name (no port, no scheme)")
+    for key in ("allowed_hosts", "intercept_hosts"):
+        for host in getattr(settings, key):
+            if not re.fullmatch(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]", host):
+                problems.append(f"{key}: {host!r} is not a host name (no port, no scheme)")
     for key in (
         "idle_timeout",
         "connect_timeout",
@@ -585,6 +630,15 @@ def _validate(
             bad(key, "must be positive")
     if not settings.routes and not settings.upstream and not route_problems:
         problems.append("no routes and no upstream: nothing could be forwarded")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_http_url(url: str) -> bool:

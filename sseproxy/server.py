@@ -20,19 +20,21 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sseproxy import __version__
-from sseproxy.config import Settings
+from sseproxy.config import Settings, split_listen
 from sseproxy.observe import log
 from sseproxy.shell import accelerator, admin
 from sseproxy.shell.app import OWN_PREFIX, STATE, create_app, is_loopback
 from sseproxy.shell.websocket.session import sessions_go_away
 
+if TYPE_CHECKING:
+    from sseproxy.intercept.listener import InterceptListener
 logger = structlog.get_logger("sseproxy")
 
 # Streaming allocates many short-lived tuples and strings; with CPython's default gen0
@@ -215,14 +217,64 @@ async def serve(settings: Settings, loop_name: str) -> int:
         print(f"sseproxy: cannot listen on {settings.listen}: {reason}", file=sys.stderr)
         await runner.cleanup()
         return EXIT_CANNOT_LISTEN
+    intercept: Intercept | None = None
+    if settings.intercept_listen:
+        try:
+            intercept = await start_intercept(settings, runner, backlog)
+        except Exception as exc:  # CAError, OSError: said in one line
+            print(f"sseproxy: cannot start intercept mode: {exc}", file=sys.stderr)
+            await runner.cleanup()
+            return EXIT_CANNOT_LISTEN
     tune_gc()
-    announce(settings, loop_name, backlog, runner.addresses[0][1])
+    announce(settings, loop_name, backlog, runner.addresses[0][1], intercept)
     await signals.first.wait()
-    await stop(runner, site, inflight, signals, settings.shutdown_grace)
+    if intercept is not None and intercept.listener.server is not None:
+        intercept.listener.server.close()  # no new CONNECTs
+    ending = intercept.listener.stop if intercept is not None else None
+    await stop(runner, site, inflight, signals, settings.shutdown_grace, ending)
     return 0
 
 
-def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> None:
+class Intercept:
+    """The running intercept listener and what `proxy.started` says of it."""
+
+    def __init__(self, listener: InterceptListener, address: str, ca_file: str) -> None:
+        self.listener = listener
+        self.address = address
+        self.ca_file = ca_file
+
+
+async def start_intercept(settings: Settings, runner: web.AppRunner, backlog: int) -> Intercept:
+    """The CA (made on first use, off the loop), then the listener, whose intercepted
+    connections are given to the same aiohttp server as the reverse proxy's."""
+    from sseproxy.intercept.ca import Leaves, ca_directory, load_or_create
+    from sseproxy.intercept.listener import InterceptListener, ListenerSettings
+
+    authority = await asyncio.to_thread(load_or_create, ca_directory(settings.ca_dir, os.environ))
+    server = runner.server
+    assert server is not None  # set up before this is called
+    listener = InterceptListener(
+        # an IPv6 host is named in brackets ("[::1]"), a CONNECT target's address without
+        ListenerSettings(
+            frozenset(h.strip("[]") for h in settings.intercepted_hosts),
+            settings.connect_timeout,
+            max_tunnels=settings.max_concurrent_streams,
+        ),
+        Leaves(authority),
+        server,
+    )
+    host, port = split_listen(settings.intercept_listen)
+    try:
+        bound = await listener.start(host, port, backlog)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {settings.intercept_listen}") from exc
+    shown = f"[{host}]" if ":" in host else host
+    return Intercept(listener, f"{shown}:{bound}", str(authority.cert_path))
+
+
+def announce(
+    settings: Settings, loop_name: str, backlog: int, port: int, intercept: Intercept | None = None
+) -> None:
     """`proxy.started`, then a warning for each setting an operator would otherwise find
     out about from a refused request."""
     logger.info(
@@ -236,6 +288,15 @@ def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> Non
         relay_trailers=accelerator.trailers_enabled(),  # it can end a response with trailers
         upstream=settings.public_upstream,
         routes=[r.name for r in settings.routes] if not settings.upstream else None,
+        **(
+            {
+                "intercept_listen": intercept.address,
+                "intercept_ca": intercept.ca_file,
+                "intercept_hosts": sorted(settings.intercepted_hosts),
+            }
+            if intercept is not None
+            else {}
+        ),
     )
     if not is_loopback(settings.host) and not settings.allow_remote:
         logger.warning(
@@ -256,9 +317,15 @@ def announce(settings: Settings, loop_name: str, backlog: int, port: int) -> Non
 
 
 async def stop(
-    runner: Runner, site: web.TCPSite, inflight: InFlight, signals: Signals, grace: float
+    runner: Runner,
+    site: web.TCPSite,
+    inflight: InFlight,
+    signals: Signals,
+    grace: float,
+    also: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Stop accepting, wait up to `grace` from the first signal, cut what is left, clean up."""
+    """Stop accepting, wait up to `grace` from the first signal, cut what is left, clean up.
+    `also`: ended with the cut (the intercept listener's tunnels), before `proxy.stopped`."""
     loop = asyncio.get_running_loop()
     await site.stop()  # no new connections
     if runner.server is not None:
@@ -277,6 +344,8 @@ async def stop(
     if not signals.again.is_set() and remaining > 0:
         await first_of(inflight.idle.wait(), signals.again.wait(), timeout=remaining)
     cutting = await cut_remaining(app, inflight)
+    if also is not None:
+        await also()
     await runner.cleanup()  # close idle connections, on_cleanup: drain captures, close session
     logger.info("proxy.stopped", cut_streams=len(cutting), second_signal=signals.again.is_set())
 

@@ -15,6 +15,7 @@ from sseproxy.core import EndReason
 from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
 from sseproxy.core.request import parse_body, request_facts
 from sseproxy.core.request_body import decode_request_body
+from sseproxy.intercept.destination import intercepted_route
 from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -55,7 +56,9 @@ async def admit(
     own = f"sseproxy-{state.instance_id}"
     if any(own in value for value in request.headers.getall("Via", [])):
         raise Refused(508, "loop_detected", "this request already passed through this proxy")
-    route = settings.route_for(request.raw_path)  # the guard has refused a bad target
+    # A connection the intercept listener terminated goes to its CONNECT's host, whatever
+    # the request's Host or path says; others by the routes (the guard refused bad targets).
+    route = connection_route(request) or settings.route_for(request.raw_path)
     if route is None:
         path = request.raw_path.partition("?")[0]
         raise Refused(
@@ -84,6 +87,12 @@ async def admit(
     asked = request_facts(request.path, request.query_string, facts_body, parsed, version)
     secrets = x.facts.secrets.with_json_body(parsed)
     return x.facts.admitted(body, asked, rules, secrets)
+
+
+def connection_route(request: web.Request) -> Route | None:
+    """The intercept route of the connection `request` arrived on, if it has one."""
+    transport = request.transport
+    return intercepted_route(transport.get_extra_info("sslcontext")) if transport else None
 
 
 async def read_body(

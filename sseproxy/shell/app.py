@@ -21,11 +21,12 @@ from sseproxy.config import Settings
 from sseproxy.core import Dialect, ErrorInfo, State, Verdict
 from sseproxy.inspector.endpoints import Inspector, Retention
 from sseproxy.inspector.sessions import SessionRetention
+from sseproxy.intercept.destination import ROUTE_NAME as INTERCEPT_ROUTE
 from sseproxy.observe.metrics import Metrics
 from sseproxy.shell import accelerator
 from sseproxy.shell import record as records
 from sseproxy.shell.admin import admin_refusal
-from sseproxy.shell.admission import Refused, admit
+from sseproxy.shell.admission import Refused, admit, connection_route
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.errors import describe
 from sseproxy.shell.forward import REQUEST_ID_HEADER, break_downstream, forward
@@ -186,6 +187,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         parse_target(request.raw_path)  # before the router: a decoded newline matches no route
     except BadTarget as bad:
         return await refuse(request, 400, "bad_target", str(bad))
+    if connection_route(request) is not None:
+        # Intercepted: every path, /_sseproxy/ too, belongs to the real host.
+        return await proxy_handler(request)
     refused = admin_refusal(request, request.app[SETTINGS])
     if refused is not None:
         return refused
@@ -266,6 +270,8 @@ def create_app(
 
         tracing = Tracing.otlp(settings.otel_endpoint, settings.otel_service_name)
     routes = ["upstream"] if settings.upstream else [route.name for route in settings.routes]
+    if settings.intercept_listen:
+        routes.append(INTERCEPT_ROUTE)
     limits = LedgerLimits(settings.resume_ledger_streams, settings.resume_ledger_seconds)
     app[LEDGER] = Ledger(limits, settings.keep_content)
     app[STATE] = ProxyState(

@@ -25,6 +25,7 @@ TOP_LEVEL = {
     "core",
     "data",
     "inspector",
+    "intercept",
     "observe",
     "shell",
     "tools",

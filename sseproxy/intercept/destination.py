@@ -1,0 +1,45 @@
+"""Where an intercepted connection goes, carried by the TLS context it was answered with.
+
+The listener answers each intercepted `CONNECT host:port` with an `InterceptContext` made for
+that destination; admission reads `transport.get_extra_info("sslcontext")` and routes the
+request to `https://host:port` only when it is one. Only the listener makes these contexts, so
+a Host header, a path or an absolute URL can never choose an intercept route: the connection
+the request arrived on does. No `cryptography` import here: admission loads this on every run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+from dataclasses import dataclass
+
+from sseproxy.config import Route, make_route
+
+ROUTE_NAME = "intercept"
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    host: str  # lower case; an IPv6 address without brackets
+    port: int
+
+    @property
+    def authority(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def route(self) -> Route:
+        """Every path of this connection to the real host, the dialect detected as usual."""
+        return make_route(ROUTE_NAME, ("/*",), f"https://{self.authority}")
+
+
+class InterceptContext(ssl.SSLContext):
+    """A server-side TLS context for one destination, and that destination's route."""
+
+    destination: Destination
+    route: Route
+    minted_at: datetime.datetime  # when its leaf was signed
+
+
+def intercepted_route(sslcontext: object) -> Route | None:
+    """The route of a connection the intercept listener terminated, else None."""
+    return sslcontext.route if isinstance(sslcontext, InterceptContext) else None

@@ -1,0 +1,84 @@
+"""Local stand-ins for the hosts behind intercept mode, in a thread of their own: a TLS
+"provider" (a trustme certificate for `localhost` in front of the fake provider, as a real
+provider is TLS in front of its API) and a raw TCP echo server (a host that is tunnelled)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+
+import trustme
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.close()
+
+
+class Fronts:
+    """Start with `start()`, stop with `stop()`. `ca` signs the TLS front's certificate."""
+
+    def __init__(self, backend_port: int, ca: trustme.CA | None = None) -> None:
+        self.backend_port = backend_port
+        self.ca = ca or trustme.CA()
+        self.tls_port = 0
+        self.echo_port = 0
+        self.echoed = 0
+        self._loop = asyncio.new_event_loop()
+        self._servers: list[asyncio.Server] = []
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fronts", daemon=True)
+
+    def start(self) -> Fronts:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        future.result(10)
+        return self
+
+    async def _start(self) -> None:
+        server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("localhost", "127.0.0.1").configure_cert(server_tls)
+        tls = await asyncio.start_server(self._terminate, "127.0.0.1", 0, ssl=server_tls)
+        echo = await asyncio.start_server(self._echo, "127.0.0.1", 0)
+        self._servers = [tls, echo]
+        self.tls_port = tls.sockets[0].getsockname()[1]
+        self.echo_port = echo.sockets[0].getsockname()[1]
+
+    async def _terminate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.backend_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        writer.close()
+        up_writer.close()
+
+    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                self.echoed += len(data)
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    def stop(self) -> None:
+        async def close() -> None:
+            for server in self._servers:
+                server.close()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
