@@ -85,7 +85,8 @@ class ToolCallSummary:
     id: str | None
     name: str | None
     arguments_bytes: int
-    arguments_valid_json: bool
+    # None: not checked (free-text input, or a call that never completed).
+    arguments_valid_json: bool | None
 
 
 @dataclass(frozen=True, slots=True)
