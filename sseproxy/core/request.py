@@ -12,6 +12,8 @@ import orjson
 # The body is parsed for these facts only up to this size; a larger request (long context,
 # images) is forwarded all the same, its facts are just unknown.
 MAX_PARSED_BODY_BYTES = 4 * 1024 * 1024
+# A JSON-RPC method name (or an `MCP-Protocol-Version`) longer than this is none: not kept.
+MAX_METHOD_CHARS = 128
 # `n` beyond this is not a real request; the check is skipped rather than trusted.
 MAX_CHOICES = 128
 # Paths whose operation is a stream whatever the body says.
@@ -39,6 +41,8 @@ class RequestFacts:
     include_usage: bool = False
     rpc_id: str | int | None = None  # a JSON-RPC request's `id` (MCP): its response ends it
     background: bool = False  # Responses `background: true`: its stream can be resumed
+    rpc_method: str | None = None  # a JSON-RPC request's `method`: selects MCP or A2A
+    mcp_version: str | None = None  # the request's `MCP-Protocol-Version` header
 
 
 def parse_body(body: bytes) -> Any:
@@ -51,9 +55,12 @@ def parse_body(body: bytes) -> Any:
     return None
 
 
-def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> RequestFacts:
+def request_facts(
+    path: str, query: str, body: bytes, parsed: Any = ..., mcp_version: str | None = None
+) -> RequestFacts:
     """Facts from the decoded request path, its query string and its body (best effort).
-    `parsed`: `parse_body(body)`, when the caller has it already (one parse per request)."""
+    `parsed`: `parse_body(body)`, when the caller has it already (one parse per request);
+    `mcp_version`: the request's `MCP-Protocol-Version` header."""
     obj = parse_body(body) if parsed is ... else parsed
     fields: dict[str, Any] = obj if isinstance(obj, dict) else {}
     model = fields.get("model")
@@ -75,9 +82,15 @@ def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> Requ
     )
     options = fields.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    rpc_id = fields.get("id") if fields.get("jsonrpc") == "2.0" else None
+    rpc = fields.get("jsonrpc") == "2.0"
+    rpc_id = fields.get("id") if rpc else None
     if not isinstance(rpc_id, str | int) or isinstance(rpc_id, bool):
         rpc_id = None
+    method = fields.get("method") if rpc else None
+    if not isinstance(method, str) or len(method) > MAX_METHOD_CHARS:
+        method = None
+    if mcp_version is not None and len(mcp_version) > MAX_METHOD_CHARS:
+        mcp_version = None
     return RequestFacts(
         model=model,
         stream=stream,
@@ -86,6 +99,8 @@ def request_facts(path: str, query: str, body: bytes, parsed: Any = ...) -> Requ
         include_usage=bool(stream) and include_usage,
         rpc_id=rpc_id,
         background=fields.get("background") is True,
+        rpc_method=method,
+        mcp_version=mcp_version,
     )
 
 

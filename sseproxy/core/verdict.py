@@ -22,6 +22,9 @@ class Dialect(StrEnum):
     BEDROCK_INVOKE = "bedrock-invoke"
     COHERE_CHAT = "cohere-chat"
     MCP = "mcp"
+    A2A = "a2a"
+    GEMINI_INTERACTIONS = "gemini-interactions"
+    AG_UI = "ag-ui"
 
 
 class State(StrEnum):

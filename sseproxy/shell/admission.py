@@ -76,7 +76,8 @@ async def admit(
         status = 403 if isinstance(exc, InjectionDisabled) else 400
         raise Refused(status, "injection", str(exc)) from exc
     parsed = parse_body(body)  # one parse for the core's facts and for the body's secrets
-    asked = request_facts(request.path, request.query_string, body, parsed)
+    version = request.headers.get("MCP-Protocol-Version")
+    asked = request_facts(request.path, request.query_string, body, parsed, version)
     secrets = x.facts.secrets.with_json_body(parsed)
     return x.facts.admitted(body, asked, rules, secrets)
 
