@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sseproxy.core.dialects import rpc
 from sseproxy.core.dialects.base import Assembler, Outcome, ident
+from sseproxy.core.dialects.rpc import is_a2a
 from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.jsonvalue import loads
@@ -262,7 +262,7 @@ SPEC = DialectSpec(
     drills=Drills(is_terminal=_ends, error=_injected_error, end_marker=b""),
     # The HTTP+JSON binding's streaming paths (JSON-RPC posts to the agent's URL, often `/`).
     path_suffixes=("/message:stream", ":subscribe"),
-    selects=rpc.is_a2a,
+    selects=is_a2a,
     sniff=sniff,
     otel_operation="invoke_agent",
     otel_provider=None,
