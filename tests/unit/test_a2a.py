@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from sseproxy.core import Dialect, EndReason, FinishCategory, State
-from sseproxy.core.dialects import detect, sniff_body
+from sseproxy.core.dialects import detect, sniff_body, spec_for
 from sseproxy.core.inject import Injector, Write, parse_rules
 from sseproxy.core.request import request_facts
+from sseproxy.core.verdict import with_transport
 from tests.streams import verdict_of
 
 pb = pytest.importorskip("a2a.types.a2a_pb2")
@@ -281,3 +282,10 @@ def test_drill_drop_terminal_makes_it_interrupted() -> None:
 def test_drill_inject_error_makes_it_failed() -> None:
     v = a2a(drill("inject-error=2", v1_run(pb.TASK_STATE_COMPLETED)))
     assert v.state is State.FAILED
+
+
+def test_a_client_leaving_a_running_task_interrupts_it_but_cancels_nothing() -> None:
+    """A2A tasks outlive their stream (the client resubscribes; `CancelTask` cancels)."""
+    v = a2a(v1_task(pb.TASK_STATE_SUBMITTED), end=EndReason.CLIENT_DISCONNECTED, http_complete=None)
+    cancels = spec_for(A2A).disconnect_cancels
+    assert with_transport(v, 200, EndReason.CLIENT_DISCONNECTED, cancels).state is State.INTERRUPTED

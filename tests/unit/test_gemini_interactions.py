@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from sseproxy.core import Dialect, EndReason, FinishCategory, State, StreamTap, TapOptions
-from sseproxy.core.dialects import detect
+from sseproxy.core.dialects import detect, spec_for
 from sseproxy.core.inject import Injector, Write, parse_rules
+from sseproxy.core.verdict import with_transport
 from sseproxy.shell.ledger import resumption
 from tests.streams import verdict_of
 
@@ -158,3 +159,10 @@ def drill(rules: str, data: bytes) -> bytes:
 def test_drills() -> None:
     assert verdict_of(drill("drop-terminal", run("completed")), GI).state is State.INTERRUPTED
     assert verdict_of(drill("inject-error=2", run("completed")), GI).state is State.FAILED
+
+
+def test_a_client_leaving_a_running_interaction_interrupts_it_but_cancels_nothing() -> None:
+    """The interaction goes on without its client (it resumes with `last_event_id`)."""
+    v = verdict_of(created(), GI, EndReason.CLIENT_DISCONNECTED, http_complete=None)
+    cancels = spec_for(GI).disconnect_cancels
+    assert with_transport(v, 200, EndReason.CLIENT_DISCONNECTED, cancels).state is State.INTERRUPTED

@@ -266,4 +266,7 @@ SPEC = DialectSpec(
     sniff=sniff,
     otel_operation="invoke_agent",
     otel_provider=None,
+    # The task goes on when its client leaves (it resubscribes: `SubscribeToTask`,
+    # `tasks/resubscribe`; `CancelTask` is the cancellation), so a disconnect cancels nothing.
+    disconnect_cancels=False,
 )

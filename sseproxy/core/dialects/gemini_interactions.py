@@ -238,6 +238,8 @@ SPEC = DialectSpec(
     otel_provider="gcp.gemini",
     primary_group=0,
     output_includes_reasoning=False,
-    # Any interaction stream resumes with `last_event_id` (the events carry `event_id`).
+    # Any interaction stream resumes with `last_event_id` (the events carry `event_id`), and
+    # the interaction goes on when its client leaves (`…/interactions/{id}:cancel` cancels it).
     resumable=lambda asked: True,
+    disconnect_cancels=False,
 )
