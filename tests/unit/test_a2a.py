@@ -244,6 +244,9 @@ def test_paths_of_the_http_json_binding_select_a2a() -> None:
 def test_the_result_shape_is_sniffed_in_both_versions() -> None:
     assert sniff_body(json.loads(v1_task(pb.TASK_STATE_SUBMITTED)[6:])) is A2A
     assert sniff_body(json.loads(v03_status("working", False)[6:])) is A2A
+    # MCP 2025-11-25's task-augmented result (`CreateTaskResult`) is not A2A's task.
+    mcp_task = {"task": {"taskId": "t", "status": "working", "createdAt": "2025-11-25T00:00:00Z"}}
+    assert sniff_body({"jsonrpc": "2.0", "id": 1, "result": mcp_task}) is None
 
 
 def test_without_a_request_the_issue_stream_is_still_a2a_and_failed() -> None:

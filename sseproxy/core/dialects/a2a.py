@@ -222,8 +222,16 @@ def rpc_error(error: Any) -> ErrorInfo:
 
 
 def sniff(obj: dict[str, Any]) -> bool:
-    """A JSON-RPC response whose result is an A2A stream result (v1.0 or 0.x shape)."""
-    return obj.get("jsonrpc") == "2.0" and unwrap(obj.get("result")) is not None
+    """A JSON-RPC response whose result is an A2A stream result (v1.0 or 0.x shape). A task
+    must carry A2A's status object (MCP 2025-11-25's `{"task": {"status": "working"}}` has a
+    string there)."""
+    if obj.get("jsonrpc") != "2.0":
+        return False
+    unwrapped = unwrap(obj.get("result"))
+    if unwrapped is None:
+        return False
+    kind, payload = unwrapped
+    return kind != "task" or isinstance(payload.get("status"), dict)
 
 
 def ends_stream(obj: Any) -> bool:

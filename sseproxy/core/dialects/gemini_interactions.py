@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dumps
+from sseproxy.core.dialects.base import MAX_TOOL_CALLS, Assembler, Outcome, as_int, dumps
 from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.jsonvalue import loads
@@ -87,7 +87,6 @@ class GeminiInteractionsAssembler(Assembler):
         super().__init__()
         self.status: str | None = None
         self.completed = False  # `interaction.completed` arrived
-        self.steps: dict[int, str] = {}  # step index -> its type
 
     def on_event(self, event: SSEEvent) -> None:
         obj = self.parse(event.data)
@@ -134,8 +133,6 @@ class GeminiInteractionsAssembler(Assembler):
         stype = step.get("type")
         if not isinstance(stype, str):
             return
-        if len(self.steps) < 1024 or index in self.steps:
-            self.steps[index] = stype
         if stype == "function_call":
             call = self.tool_call(index)
             self.set_call_identity(call, step.get("id"), step.get("name"), snapshot=True)
@@ -143,7 +140,7 @@ class GeminiInteractionsAssembler(Assembler):
             if isinstance(arguments, dict) and arguments:
                 call.append(dumps(arguments))
             call.empty_means_no_arguments = True
-        elif stype.endswith("_call"):
+        elif stype.endswith("_call") and len(self.server_tool_calls) < MAX_TOOL_CALLS:
             self.server_tool_calls.append(stype[:64])
 
     def on_delta(self, obj: dict[str, Any]) -> None:
