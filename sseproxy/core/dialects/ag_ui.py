@@ -175,6 +175,6 @@ SPEC = DialectSpec(
         end_marker=b"",
         keepalive=b": ping\n\n",
     ),
-    sniff=lambda obj: obj.get("type") in EVENT_TYPES,
+    sniff=lambda obj: isinstance(kind := obj.get("type"), str) and kind in EVENT_TYPES,
     otel_operation="invoke_agent",
 )

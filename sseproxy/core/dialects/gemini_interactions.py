@@ -47,6 +47,7 @@ EVENTS = frozenset(
         ERROR,
     }
 )
+SNIFFED = EVENTS - {ERROR}  # an `error` event alone could be anyone's
 # `step.delta` kinds that are neither the answer's text nor a function's arguments
 # (google-genai 3.6: `StepDeltaData`): media, server tools' calls and results, annotations.
 QUIET_DELTAS = frozenset(
@@ -149,7 +150,9 @@ class GeminiInteractionsAssembler(Assembler):
         if index is None or not isinstance(delta, dict):
             return
         dtype = delta.get("type")
-        if dtype == "text":
+        if not isinstance(dtype, str):
+            self.anomalies["unknown_delta_type"] += 1
+        elif dtype == "text":
             self.add_text((0, index), delta.get("text"))
         elif dtype == "thought_summary":
             content = delta.get("content")
@@ -230,8 +233,8 @@ SPEC = DialectSpec(
     assembler=GeminiInteractionsAssembler,
     drills=Drills(is_terminal=_is_end, error=_injected_error, end_marker=b""),
     path_contains=("/v1beta/interactions", "/v1alpha/interactions", "/v1/interactions"),
-    event_types=EVENTS - {ERROR},
-    sniff=lambda obj: obj.get("event_type") in EVENTS - {ERROR},
+    event_types=SNIFFED,
+    sniff=lambda obj: isinstance(kind := obj.get("event_type"), str) and kind in SNIFFED,
     otel_provider="gcp.gemini",
     primary_group=0,
     output_includes_reasoning=False,
