@@ -198,6 +198,9 @@ async def serve(settings: Settings, loop_name: str) -> int:
         app,
         access_log=None,  # the request.finished record replaces the access log
         handler_cancellation=True,  # a client that leaves cancels its upstream request at once
+        # The request body as the client sent it: aiohttp would inflate a gzip (or br) body and
+        # the proxy would forward the inflated bytes under the client's Content-Encoding.
+        auto_decompress=False,
         shutdown_timeout=CUT_WAIT,  # only idle connections are left when cleanup() runs
     )
     signals = Signals(asyncio.get_running_loop())

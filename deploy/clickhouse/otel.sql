@@ -69,7 +69,9 @@ SELECT
     JSONExtract(Body, 'audio_bytes', 'Nullable(UInt64)') AS audio_bytes,
     JSONExtract(Body, 'audio_ms', 'Nullable(Float64)') AS audio_ms,
     nullIf(nullIf(JSONExtractRaw(Body, 'trailers'), ''), 'null') AS trailers,
-    nullIf(nullIf(JSONExtractRaw(Body, 'trailers_forwarded'), ''), 'null') AS trailers_forwarded
+    nullIf(nullIf(JSONExtractRaw(Body, 'trailers_forwarded'), ''), 'null') AS trailers_forwarded,
+    nullIf(nullIf(JSONExtractRaw(Body, 'client'), ''), 'null') AS client,
+    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';
 
@@ -105,6 +107,8 @@ SELECT
     JSONExtract(Body, 'last_message_delivered', 'Nullable(String)') AS last_message_delivered,
     JSONExtract(Body, 'go_away_s', 'Nullable(Float64)') AS go_away_s,
     JSONExtract(Body, 'resumable', 'Nullable(Bool)') AS resumable,
-    JSONExtract(Body, 'anomalies', 'Map(String, UInt64)') AS anomalies
+    JSONExtract(Body, 'anomalies', 'Map(String, UInt64)') AS anomalies,
+    nullIf(nullIf(JSONExtractRaw(Body, 'client'), ''), 'null') AS client,
+    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'session.finished';

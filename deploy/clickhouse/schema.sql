@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     audio_ms Nullable(Float64),
     trailers Nullable(String),              -- JSON {name: value} of the upstream's trailers
     trailers_forwarded Nullable(String),    -- JSON array of the names the client got
+    client Nullable(String),                -- JSON {name, version} (schema 1.4)
+    run_id Nullable(String),                -- the agent run the client named (schema 1.4)
 
     -- The keys the report groups by, computed once at insert. The proxy's own refusals
     -- (answered by the proxy, nothing cut) are the report's `proxy_refused`, apart from the
@@ -84,6 +86,14 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
         if(ifNull(route, '') != '', substringUTF8(route, 1, 200), '-'),
     dialect_key LowCardinality(String) MATERIALIZED
         if(ifNull(dialect, '') != '', substringUTF8(dialect, 1, 200), '-'),
+    -- the report's by_client key: a client without a name is `-`, its version too
+    client_key LowCardinality(String) MATERIALIZED
+        if(JSONExtractString(ifNull(client, ''), 'name') != '',
+           substringUTF8(JSONExtractString(ifNull(client, ''), 'name'), 1, 200), '-'),
+    client_version_key LowCardinality(String) MATERIALIZED
+        if(JSONExtractString(ifNull(client, ''), 'name') != ''
+           AND JSONExtractString(ifNull(client, ''), 'version') != '',
+           substringUTF8(JSONExtractString(ifNull(client, ''), 'version'), 1, 200), '-'),
     interruption_reason LowCardinality(Nullable(String)) MATERIALIZED
         if(interruption IS NULL, NULL,
            if(JSONExtractString(interruption, 'reason') != '',
@@ -132,6 +142,8 @@ CREATE TABLE IF NOT EXISTS sseproxy.sessions
     go_away_s Nullable(Float64),
     resumable Nullable(Bool),
     anomalies Map(LowCardinality(String), UInt64),
+    client Nullable(String),                -- JSON {name, version} (schema 1.4)
+    run_id Nullable(String),                -- the agent run the client named (schema 1.4)
 
     route_key LowCardinality(String) MATERIALIZED
         if(ifNull(route, '') != '', substringUTF8(route, 1, 200), '-'),

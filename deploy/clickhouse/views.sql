@@ -41,6 +41,18 @@ FROM sseproxy.requests
 GROUP BY route
 ORDER BY requests DESC, route;
 
+-- The report's by_client: requests per client (name, version) as the record names it.
+CREATE OR REPLACE VIEW sseproxy.failure_rate_by_client AS
+SELECT
+    client_key AS client,
+    client_version_key AS version,
+    count() AS requests,
+    countIf(state_key IN ('failed', 'interrupted', 'http_error')) AS failures,
+    round(failures / requests, 4) AS failure_rate
+FROM sseproxy.requests
+GROUP BY client, version
+ORDER BY requests DESC, client, version;
+
 CREATE OR REPLACE VIEW sseproxy.cuts_by_reason AS
 SELECT interruption_reason AS reason, count() AS requests
 FROM sseproxy.requests

@@ -46,7 +46,7 @@ from sseproxy.capture.sessions import (
     write_session,
 )
 from sseproxy.capture.writer import Spool, Writer
-from sseproxy.observe.redact import NO_SECRETS, REDACTED, SENSITIVE_NAME, Secrets
+from sseproxy.observe.redact import NO_SECRETS, REDACTED, Secrets, names_credential
 
 logger = structlog.get_logger("sseproxy")
 # Chunk index entries kept per capture; past it the body is still captured up to its cap.
@@ -88,7 +88,8 @@ _CREDENTIAL_NAME = re.compile(r"auth|key|secret|cookie|session|password", re.IGN
 
 def redact_headers(headers: Mapping[str, str], secrets: Secrets) -> dict[str, str]:
     """Headers as a capture keeps them: the allowlist verbatim, any name that says credential
-    (auth, key, token, secret, cookie, session) redacted, the rest through `secrets`."""
+    (auth, key, token, secret, cookie, session; not a `session-id`, an identifier) redacted,
+    the rest through `secrets`."""
     out: dict[str, str] = {}
     for name, value in headers.items():
         lower = name.lower()
@@ -96,7 +97,7 @@ def redact_headers(headers: Mapping[str, str], secrets: Secrets) -> dict[str, st
             lower.startswith(VERBATIM_PREFIXES) and not _CREDENTIAL_NAME.search(lower)
         ):
             out[str(name)] = value
-        elif SENSITIVE_NAME.search(lower):
+        elif names_credential(lower):
             out[str(name)] = REDACTED
         else:
             out[str(name)] = secrets.redact_text(value)

@@ -2,7 +2,7 @@
 
 from sseproxy.core.events import Comment, Line, SSEEvent
 from sseproxy.core.framing import LineDecoder, SSEDecoder
-from sseproxy.core.tap import StreamTap, TapOptions
+from sseproxy.core.tap import ItemKind, StreamTap, TapItem, TapObserver, TapOptions
 from sseproxy.core.verdict import (
     Dialect,
     EndReason,
@@ -23,12 +23,15 @@ __all__ = [
     "ErrorInfo",
     "FinishCategory",
     "Interruption",
+    "ItemKind",
     "Line",
     "LineDecoder",
     "SSEDecoder",
     "SSEEvent",
     "State",
     "StreamTap",
+    "TapItem",
+    "TapObserver",
     "TapOptions",
     "ToolCallSummary",
     "Usage",

@@ -1,7 +1,7 @@
-"""Every anomaly name the core can put in a verdict: the one list README's anomaly table is
-checked against. A name counted anywhere in the core must be here (tests/unit/test_metrics.py
-scans the keys the core counts under), and every name here must be counted somewhere, so the
-list neither lags nor rots.
+"""Every anomaly name the core can put in a verdict: the one list the anomaly table of
+docs/record.md is checked against. A name counted anywhere in the core must be here
+(tests/unit/test_metrics.py scans the keys the core counts under), and every name here must be
+counted somewhere, so the list neither lags nor rots.
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ class ContentDecodingError(Exception):
     """The body could not be decoded with its declared Content-Encoding."""
 
 
-def _brotli() -> Any:
+def brotli_module() -> Any:
     try:
-        import brotli  # type: ignore[import-not-found,unused-ignore]
+        import brotli  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         try:
             import brotlicffi as brotli  # type: ignore[import-not-found,unused-ignore,no-redef]
@@ -85,7 +85,7 @@ class BodyDecoder:
             self._zlib = zlib.decompressobj()
             self._deflate_probe = True  # some servers send raw deflate without the zlib header
         elif self.encoding == "br":
-            module = _brotli()
+            module = brotli_module()
             if module is None:
                 raise ContentDecodingError("br (install brotli to analyse it)")
             self._brotli = module.Decompressor()

@@ -20,6 +20,7 @@ Content means any delta the dialect counts as content: text, reasoning / thinkin
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -95,6 +96,49 @@ class PacingSummary:
                 else str(self.output_tokens_per_s_unmeasured)
             ),
         }
+
+
+# Upper bounds (seconds) of the time-per-output-chunk histogram: a fast model's chunks come a
+# few milliseconds apart, a slow local model's or a tool-using turn's seconds apart.
+CHUNK_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    10,
+)
+
+
+class ChunkTimes:
+    """The times between output chunks of one stream, counted into `CHUNK_BUCKETS` (the last
+    count is beyond them): O(1) memory for any stream, merged into the
+    `gen_ai.client.operation.time_per_output_chunk` histogram when the stream ends."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(CHUNK_BUCKETS) + 1)
+        self.total = 0.0
+
+    def add(self, seconds: float) -> None:
+        if seconds >= 0:  # a monotonic clock; a negative span is no measurement
+            self.counts[bisect_left(CHUNK_BUCKETS, seconds)] += 1
+            self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
 
 
 def _ms(seconds: float | None) -> float | None:

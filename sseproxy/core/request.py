@@ -9,11 +9,18 @@ from urllib.parse import parse_qs, unquote
 
 import orjson
 
+from sseproxy.core.mcp_request import (
+    LISTEN,
+    call_key,
+    protocol_version,
+    round_trip,
+    rpc_method,
+    stateless,
+)
+
 # The body is parsed for these facts only up to this size; a larger request (long context,
 # images) is forwarded all the same, its facts are just unknown.
 MAX_PARSED_BODY_BYTES = 4 * 1024 * 1024
-# A JSON-RPC method name (or an `MCP-Protocol-Version`) longer than this is none: not kept.
-MAX_METHOD_CHARS = 128
 # `n` beyond this is not a real request; the check is skipped rather than trusted.
 MAX_CHOICES = 128
 # Paths whose operation is a stream whatever the body says.
@@ -32,7 +39,8 @@ class RequestFacts:
     """`stream`: the request asked for a streamed response (None: cannot tell).
     `stream_framing`: that stream is expected as SSE or NDJSON, not one JSON document (Gemini
     without `alt=sse` streams a JSON array). `choices`: `n`; `include_usage`: Chat's
-    `stream_options.include_usage`; `rpc_id` and `background`: see the fields."""
+    `stream_options.include_usage`; `rpc_id` and `background`: see the fields. The `mcp_*`
+    facts and `rpc_method` are a JSON-RPC request's (core/mcp_request.py says why)."""
 
     model: str | None = None
     stream: bool | None = None
@@ -41,8 +49,20 @@ class RequestFacts:
     include_usage: bool = False
     rpc_id: str | int | None = None  # a JSON-RPC request's `id` (MCP): its response ends it
     background: bool = False  # Responses `background: true`: its stream can be resumed
-    rpc_method: str | None = None  # a JSON-RPC request's `method`: selects MCP or A2A
-    mcp_version: str | None = None  # the request's `MCP-Protocol-Version` header
+    rpc_method: str | None = None  # a JSON-RPC request's `method`
+    mcp_version: str | None = None  # `MCP-Protocol-Version`, or the body's version
+    mcp_call: str | None = None  # the call's identity without its id (`mcp_request.call_key`)
+    mcp_round_trip: bool = False  # the request answers an `input_required` result
+
+    @property
+    def mcp_stateless(self) -> bool:
+        """The request follows MCP 2026-07-28's rules (no resume; a disconnect cancels)."""
+        return stateless(self.mcp_version)
+
+    @property
+    def mcp_listen(self) -> bool:
+        """A `subscriptions/listen` stream: meant to stay open until either side closes it."""
+        return self.rpc_method == LISTEN
 
 
 def parse_body(body: bytes) -> Any:
@@ -86,11 +106,7 @@ def request_facts(
     rpc_id = fields.get("id") if rpc else None
     if not isinstance(rpc_id, str | int) or isinstance(rpc_id, bool):
         rpc_id = None
-    method = fields.get("method") if rpc else None
-    if not isinstance(method, str) or len(method) > MAX_METHOD_CHARS:
-        method = None
-    if mcp_version is not None and len(mcp_version) > MAX_METHOD_CHARS:
-        mcp_version = None
+    version = protocol_version(mcp_version, fields if rpc else {})
     return RequestFacts(
         model=model,
         stream=stream,
@@ -99,8 +115,10 @@ def request_facts(
         include_usage=bool(stream) and include_usage,
         rpc_id=rpc_id,
         background=fields.get("background") is True,
-        rpc_method=method,
-        mcp_version=mcp_version,
+        rpc_method=rpc_method(fields) if rpc else None,
+        mcp_version=version,
+        mcp_call=call_key(fields) if rpc and rpc_id is not None else None,
+        mcp_round_trip=rpc and round_trip(fields),
     )
 
 

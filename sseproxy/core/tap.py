@@ -4,6 +4,12 @@ The tap chooses the framing from the first bytes (SSE, NDJSON, or one JSON body)
 to the dialect's assembler (detected from the request, or sniffed from the first events), and
 guards all of it: an internal bug becomes the `core_error` anomaly and the tap goes blind,
 never an exception into the forwarding loop (unless `strict`, which tests use).
+
+Whoever wants more than the verdict registers a `TapObserver` (`StreamTap.observe`) rather
+than subclassing the tap: it is shown each chunk fed and, when it asks for them, each item
+decoded (an SSE event or comment, an NDJSON line, an event stream message, a JSON body, text).
+A tap with no observer pays nothing for the hook; one that watches items runs without the fast
+paths, which take blocks of deltas without building events.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from enum import Enum
+from typing import Any, Protocol
 
 from sseproxy.core.dialects import (
     Assembler,
@@ -42,7 +49,7 @@ from sseproxy.core.request import RequestFacts
 from sseproxy.core.resume import EventRecorder, LedgerEvent
 from sseproxy.core.verdict import Dialect, EndReason, Interruption, State, Verdict
 
-__all__ = ["Framing", "StreamTap", "TapOptions"]
+__all__ = ["Framing", "ItemKind", "StreamTap", "TapItem", "TapObserver", "TapOptions"]
 
 # Events held while the dialect is still unknown (auto mode). The first telling event decides;
 # a stream that says nothing within this many events is analysed as plain SSE.
@@ -80,11 +87,89 @@ class TapOptions:
     strict: bool = False
 
 
-class StreamTap:
-    # Whether the fast paths may run: they take plain SSE blocks (and whole events) without
-    # passing frames through `on_frames`; a tap that watches every frame turns them off.
-    fast_paths: ClassVar[bool] = True
+class ItemKind(Enum):
+    """What one decoded item is (`TapItem.value`'s type follows from it)."""
 
+    EVENT = "event"  # an SSEEvent
+    COMMENT = "comment"  # a Comment
+    LINE = "line"  # an NDJSON Line
+    MESSAGE = "message"  # an AWS EventMessage
+    BODY = "body"  # one JSON document, parsed (None when it did not parse)
+    TEXT = "text"  # text of a body with no protocol, as decoded so far
+
+
+@dataclass(frozen=True, slots=True)
+class TapItem:
+    """One item the tap decoded and analysed; `anomalies`: those it counted while doing so
+    (empty when the observer was not `watching`)."""
+
+    kind: ItemKind
+    value: Any
+    anomalies: tuple[str, ...] = ()
+
+
+class TapObserver(Protocol):
+    """Watches a tap from outside. `on_chunk` sees every chunk fed, before it is analysed;
+    `on_item` sees each item once the tap has analysed it, when the observer was registered
+    with `items=True`. While `watching` is False the items come without their anomalies (it
+    costs a copy of the counts per item to find them)."""
+
+    @property
+    def watching(self) -> bool: ...
+
+    def on_chunk(self, chunk: bytes) -> None: ...
+
+    def on_item(self, item: TapItem) -> None: ...
+
+
+class _WatchedSink:
+    """The readers' sink while an observer watches items: each item goes to the tap one at a
+    time, then to the observer with what the tap counted while taking it."""
+
+    __slots__ = ("anomalies", "observer", "tap")
+
+    def __init__(self, tap: StreamTap, observer: TapObserver) -> None:
+        self.tap = tap
+        self.observer = observer
+        self.anomalies = tap.anomalies
+
+    def _counted(self) -> Counter[str]:
+        found = Counter(self.tap.anomalies)
+        if self.tap.assembler is not None:
+            found.update(self.tap.assembler.anomalies)
+        return found
+
+    def _take(self, kind: ItemKind, value: Any, take: Callable[[Any], None], arg: Any) -> None:
+        observer = self.observer
+        if not observer.watching:
+            take(arg)
+            observer.on_item(TapItem(kind, value))
+            return
+        before = self._counted()
+        take(arg)
+        new = tuple(sorted((self._counted() - before).keys()))
+        observer.on_item(TapItem(kind, value, new))
+
+    def on_frames(self, frames: list[Frame]) -> None:
+        take = self.tap.on_frames
+        for frame in frames:
+            kind = ItemKind.COMMENT if type(frame) is Comment else ItemKind.EVENT
+            self._take(kind, frame, take, [frame])
+
+    def on_line(self, line: Line) -> None:
+        self._take(ItemKind.LINE, line, self.tap.on_line, line)
+
+    def on_text(self, text: str) -> None:
+        self._take(ItemKind.TEXT, text, self.tap.on_text, text)
+
+    def on_body(self, body: Any) -> None:
+        self._take(ItemKind.BODY, body, self.tap.on_body, body)
+
+    def on_message(self, message: EventMessage) -> None:
+        self._take(ItemKind.MESSAGE, message, self.tap.on_message, message)
+
+
+class StreamTap:
     def __init__(
         self,
         dialect: Dialect | None = None,
@@ -120,6 +205,10 @@ class StreamTap:
             max_held=self.options.max_body_bytes,
         )
         self._reader: Reader | None = None
+        # The observer shown each chunk (None: none, and `feed` pays one test for the hook)
+        # and the readers' sink: the tap itself, or `_WatchedSink` while items are watched.
+        self._observer: TapObserver | None = None
+        self._sink: Any = self
         self._pending_events: list[SSEEvent] = []
         self._blind: str | None = None
         self._verdict: Verdict | None = None
@@ -140,11 +229,27 @@ class StreamTap:
         except ContentDecodingError:
             self._go_blind("content_decoding_error")
 
+    # -- observers --------------------------------------------------------------------------
+
+    def observe(self, observer: TapObserver | None, *, items: bool = False) -> None:
+        """Show `observer` every chunk fed from now on (None: no more chunks). `items`: also
+        each item decoded, to the end, which turns the fast paths off; such an observer is
+        registered before the first `feed`, so that it sees every item."""
+        self._observer = observer
+        if observer is not None and items:
+            assert self._reader is None, "an item observer is registered before the first feed"
+            self._sink = _WatchedSink(self, observer)
+            self._direct = self._fast = None
+        elif self._reader is None:
+            self._sink = self
+
     # -- input ------------------------------------------------------------------------------
 
     def feed(self, chunk: bytes) -> int:
         """Account for one upstream chunk. Returns how many content deltas it completed."""
         self.bytes += len(chunk)
+        if self._observer is not None:
+            self._observer.on_chunk(chunk)
         direct = self._direct
         if direct is not None and (len(chunk) <= SLICE_BYTES or not must_slice(chunk)):
             return self._feed_fast(chunk, direct)
@@ -220,7 +325,7 @@ class StreamTap:
         ):
             self._recorder = None
         if (
-            self.fast_paths
+            self._sink is self  # an observer of items sees every frame: no fast path
             and type(reader) is SSEReader
             and self.assembler is not None
             and self._decoder is not None
@@ -380,7 +485,7 @@ class StreamTap:
             self._adopt(fallback(Framing.TEXT))
         # An NDJSON stream of no known dialect gets one from its first line (`on_line`).
         options = self.options
-        self._reader = READERS[framing](self, options.max_event_bytes, options.max_body_bytes)
+        self._reader = READERS[framing](self._sink, options.max_event_bytes, options.max_body_bytes)
         return self._reader
 
     def _starts_ndjson(self, first_line: bytes) -> bool:
@@ -565,6 +670,7 @@ class StreamTap:
             usage=result.usage,
             response_id=result.response_id,
             model=result.model,
+            fallback=result.fallback,
         )
 
     def _transport_rule(self, result: Assembly, end: str, body_complete: bool) -> State:

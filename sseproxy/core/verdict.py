@@ -68,6 +68,21 @@ class EndReason(StrEnum):
     UPSTREAM_UNREACHABLE = "upstream_unreachable"
 
 
+class ClientClose(StrEnum):
+    """What the client leaving before the outcome was known means, by the dialect's rules for
+    the request: a cancellation (most APIs; MCP from 2026-07-28), a cut the client may resume
+    (MCP up to 2025-11-25: a disconnect is no cancellation), or the normal end of a stream
+    meant to stay open until either side closes it (MCP `subscriptions/listen`)."""
+
+    CANCELS = "cancels"
+    INTERRUPTS = "interrupts"
+    ENDS = "ends"
+
+
+# The finish reason of a stream that the client ended as its protocol allows (`ClientClose.ENDS`).
+CLIENT_CLOSED = "client_closed"
+
+
 @dataclass(frozen=True, slots=True)
 class Interruption:
     reason: str
@@ -105,7 +120,21 @@ class Usage:
     total_tokens: int | None = None
     reasoning_tokens: int | None = None
     cached_tokens: int | None = None
+    # Input tokens written to the prompt cache: Anthropic's `cache_creation_input_tokens`,
+    # OpenAI's `input_tokens_details.cache_write_tokens` (beside `cached_tokens`).
+    cache_write_tokens: int | None = None
     raw: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """Another model took over the turn (Anthropic's server-side fallback after a refusal):
+    `hops` is the number of `fallback` content blocks, `text_model` the model that wrote the
+    answer (the `fallback_message` entry of `usage.iterations`, else the last block's `to`),
+    which `response_model` need not name."""
+
+    hops: int
+    text_model: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +166,7 @@ class Verdict:
     usage: Usage | None = None
     response_id: str | None = None
     model: str | None = None
+    fallback: Fallback | None = None
 
     def replace(self, **changes: Any) -> Verdict:
         return dataclasses.replace(self, **changes)
@@ -226,6 +256,7 @@ class Verdict:
             "usage": _usage(u),
             "response_id": self.response_id,
             "model": self.model,
+            "fallback": None if self.fallback is None else _plain(self.fallback),
         }
 
 
@@ -233,7 +264,14 @@ def _usage(u: Usage | None) -> Any:
     if u.__class__ is not Usage:
         return _plain(u)
     assert u is not None
-    counts = (u.input_tokens, u.output_tokens, u.total_tokens, u.reasoning_tokens, u.cached_tokens)
+    counts = (
+        u.input_tokens,
+        u.output_tokens,
+        u.total_tokens,
+        u.reasoning_tokens,
+        u.cached_tokens,
+        u.cache_write_tokens,
+    )
     if not _LEAVES.issuperset(map(type, counts)):
         return _plain(u)
     return {  # `raw` stays out (see Usage)
@@ -242,6 +280,7 @@ def _usage(u: Usage | None) -> Any:
         "total_tokens": counts[2],
         "reasoning_tokens": counts[3],
         "cached_tokens": counts[4],
+        "cache_write_tokens": counts[5],
     }
 
 
@@ -270,17 +309,27 @@ def _plain(value: Any) -> Any:
 
 
 def with_transport(
-    verdict: Verdict, status: int | None, end: str, disconnect_cancels: bool = True
+    verdict: Verdict,
+    status: int | None,
+    end: str,
+    disconnect_cancels: bool | ClientClose = True,
 ) -> Verdict:
     """Add what only the HTTP layer knows: a non-2xx status, or a client that went away
     before the outcome was known (after it, the tap already kept the outcome), which is a
-    cancellation unless the dialect says a disconnect is none (`disconnect_cancels`)."""
+    cancellation unless the dialect says a disconnect is none (`disconnect_cancels`: a bool,
+    or the `ClientClose` rule of the request). The interruption stays: its reason says who
+    ended the stream (`client_disconnected`)."""
     if status is not None and not 200 <= status < 300:
         return verdict.replace(state=State.HTTP_ERROR, interruption=None)
-    if (
-        disconnect_cancels
-        and end == EndReason.CLIENT_DISCONNECTED
-        and verdict.state is State.INTERRUPTED
-    ):
+    if end != EndReason.CLIENT_DISCONNECTED or verdict.state is not State.INTERRUPTED:
+        return verdict
+    rule = disconnect_cancels
+    if rule is True or rule is ClientClose.CANCELS:
         return verdict.replace(state=State.CANCELLED)
+    if rule is ClientClose.ENDS:
+        return verdict.replace(
+            state=State.COMPLETED,
+            finish_reason=CLIENT_CLOSED,
+            finish_category=FinishCategory.STOP,
+        )
     return verdict

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from sseproxy.core import StreamTap, TapItem
 from sseproxy.inspector.event_list import EventList, raw_view
 from sseproxy.inspector.sessions import SessionRetention, SessionView
+from sseproxy.observe.clients import client_fields
 from sseproxy.observe.redact import NO_SECRETS, Secrets
 from sseproxy.shell.admin import NO_FRAMING
 
@@ -156,6 +158,8 @@ class StreamView:
     session_id: str | None = None  # a WebSocket session's turn: the row goes under the session's
     turn: int | None = None
     answered_by: str | None = None  # the record's: proxy, upstream, or None
+    run_id: str | None = None  # the agent run it belongs to: its row goes under the run's
+    client: str | None = None  # "name version", as the record's `client`
 
     @property
     def refused(self) -> bool:
@@ -163,6 +167,18 @@ class StreamView:
         upstream's errors, as `sseproxy report` does (its 502 for an unreachable upstream
         carries the cut and is not one)."""
         return self.state == "http_error" and self.answered_by == "proxy" and not self.interruption
+
+    # -- a TapObserver of the proxy's tap: its chunks only (the list is rebuilt from them) --
+
+    @property
+    def watching(self) -> bool:
+        return False
+
+    def on_chunk(self, chunk: Bytes) -> None:
+        self.chunk(chunk, time.monotonic())
+
+    def on_item(self, item: TapItem) -> None:
+        """Never called: the view watches chunks only, which keeps the tap's fast paths."""
 
     def chunk(self, data: Bytes, arrived: float) -> None:
         """The relay fed the tap this chunk at `arrived` (monotonic): keep it, within bounds.
@@ -217,6 +233,8 @@ class StreamView:
             "turn": self.turn,
             "answered_by": self.answered_by,
             "refused": self.refused,
+            "run_id": self.run_id,
+            "client": self.client,
         }
 
     def client_wait(self, began: float, ended: float) -> None:
@@ -285,6 +303,21 @@ class StreamView:
         return "kept" if self.chunks else "none"
 
 
+def inspected_client(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """A live row's `run_id` and `client`, from the request's headers (its record, at the
+    end, says the same)."""
+    fields = client_fields(headers)
+    return fields["run_id"], client_label(fields["client"])
+
+
+def client_label(client: Any) -> str | None:
+    """A record's `client` as the list shows it: `codex 0.171.0`."""
+    if not isinstance(client, Mapping) or not client.get("name"):
+        return None
+    version = client.get("version")
+    return f"{client['name']} {version}" if version else str(client["name"])
+
+
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
     for key, value in (headers or {}).items():
         if key.lower() == name:
@@ -341,10 +374,10 @@ class Inspector:
         self.streams[view.request_id] = view
         self.active[view.request_id] = view
         self._trim_ring()
-        if self.keep_content and self.retention.streams > 0 and hasattr(view.tap, "observer"):
+        if self.keep_content and self.retention.streams > 0 and isinstance(view.tap, StreamTap):
             view.budget = self.budget
             view.stream_bytes = self.retention.stream_bytes
-            view.tap.observer = view.chunk
+            view.tap.observe(view)
         self.publish(view)
 
     def _trim_ring(self) -> None:
@@ -379,8 +412,8 @@ class Inspector:
             view = StreamView(request_id, record["method"], record["path"], began, 0.0)
             self.streams[request_id] = view
             self._trim_ring()
-        if view.tap is not None and getattr(view.tap, "observer", None) is not None:
-            view.tap.observer = None
+        if isinstance(view.tap, StreamTap):
+            view.tap.observe(None)
         view.tap = None
         view.record = dict(record)
         view.route = record.get("route")
@@ -409,6 +442,8 @@ class Inspector:
             if key in record:
                 setattr(view, key, record[key])
         view.model = record.get("model") or record.get("response_model")
+        view.run_id = record.get("run_id") or view.run_id
+        view.client = client_label(record.get("client")) or view.client
         if self.keep_content and text is not None:
             view.text = text[:CONTENT_CHARS]
         if record.get("session_id"):  # a turn: its row goes under its session's

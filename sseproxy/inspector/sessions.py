@@ -93,6 +93,8 @@ class SessionView:
     last_state: str | None = None
     model: str | None = None
     record: dict[str, Any] | None = None
+    run_id: str | None = None  # the agent run it belongs to: its row goes under the run's
+    client: str | None = None  # "name version", as the record's `client`
 
     @property
     def request_id(self) -> str:
@@ -185,6 +187,8 @@ class SessionView:
             "close_reason": record.get("close_reason"),
             "closed_by": record.get("closed_by"),
             "anomalies": record.get("anomalies") or {},
+            "run_id": self.run_id,
+            "client": self.client,
         }
 
     def detail(self, keep_content: bool) -> dict[str, Any]:

@@ -11,6 +11,15 @@ invisible to `rate()` and `increase()`:
 - the first request of a (route, dialect, model) creates every outcome of that combination
   at zero (`OUTCOMES`), so the alerts' failure shares see each failure after it.
 Nothing here knows a dialect by name: what differs per dialect is read from its DialectSpec.
+
+The two streaming histograms of the OpenTelemetry GenAI conventions are exported under their
+Prometheus names (the OTel name, dots as underscores, the unit as suffix), since the proxy
+emits no OTel metrics: `gen_ai_client_operation_time_to_first_chunk_seconds` (to the first
+chunk of any kind) and `gen_ai_client_operation_time_per_output_chunk_seconds` (between
+content chunks, "from the end of the previous output chunk to the end of the current one";
+one observation per chunk, counted per stream in O(1) memory by `core.pacing.ChunkTimes` and
+merged when the stream ends). Their labels are this module's (route, dialect, model), not
+the conventions' attributes: bounded by the config.
 """
 
 from __future__ import annotations
@@ -33,13 +42,14 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 from prometheus_client.registry import Collector
 
 from sseproxy import __version__
 from sseproxy.core import FinishCategory, State, Verdict
 from sseproxy.core.dialects import spec_for
+from sseproxy.core.pacing import CHUNK_BUCKETS, ChunkTimes
 from sseproxy.core.resume import ResumeVerdict
 from sseproxy.observe.log_writer import DROPPED, DropCounter
 
@@ -63,6 +73,7 @@ IMPOSSIBLE_FIELDS = (
     "bytes",
     "ttfb_ms",
     "ttft_ms",
+    "first_chunk_ms",
     "duration_ms",
     "max_gap_ms",
     "output_tokens_per_s",
@@ -88,7 +99,7 @@ OUTCOMES: tuple[tuple[str, str, str], ...] = (
 
 NO_ROUTE_OUTCOMES = tuple(o for o in OUTCOMES if o[0] is _S.HTTP_ERROR)
 # The record's latency fields, in the order of _Children.latency.
-LATENCY_FIELDS = ("ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms")
+LATENCY_FIELDS = ("ttfb_ms", "ttft_ms", "duration_ms", "max_gap_ms", "first_chunk_ms")
 # Label children remembered per Metrics: far more than the bounded label values can make.
 MAX_CACHED_CHILDREN = 4096
 # The labels every per-request family carries, so that a dashboard filters each panel by them.
@@ -154,6 +165,36 @@ def output_includes_reasoning(dialect: Any) -> bool:
 CLOSE_CODES = frozenset(range(1000, 1016))
 
 
+class ChunkHistogram(Collector):
+    """A histogram fed whole streams' bucket counts (`ChunkTimes`) rather than one value at a
+    time: the relay counts each chunk into a few integers, and only the stream's end touches
+    the shared series. Label values are the bounded REQUEST_LABELS."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name, self.documentation = name, documentation
+        self.series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def merge(self, labels: tuple[str, ...], times: ChunkTimes) -> None:
+        counts, total = self.series.setdefault(labels, ([0] * len(times.counts), [0.0]))
+        for i, n in enumerate(times.counts):
+            counts[i] += n
+        total[0] += times.total
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=REQUEST_LABELS)
+        bounds = [*(str(float(b)) for b in CHUNK_BUCKETS), "+Inf"]
+        for labels, (counts, total) in self.series.items():
+            cumulative, buckets = 0, []
+            for bound, n in zip(bounds, counts, strict=True):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            family.add_metric(list(labels), buckets, total[0])
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=REQUEST_LABELS)]
+
+
 class RecordsDropped(Collector):
     """`sseproxy_records_dropped_total`: log lines the output never got (a reader that
     stopped, past the log queue's bound; a failing output). The log's writer counts them for
@@ -216,6 +257,18 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.first_chunk = Histogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "GenAI conventions: time to the first chunk of the response, of any kind",
+            REQUEST_LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.chunk_times = ChunkHistogram(
+            "gen_ai_client_operation_time_per_output_chunk_seconds",
+            "GenAI conventions: time between output chunks, from the end of one to the next's",
+        )
+        r.register(self.chunk_times)
         self.duration = Histogram(
             "sseproxy_duration_seconds",
             "Whole request",
@@ -296,9 +349,16 @@ class Metrics:
     def route_label(self, route: Any) -> str:
         return route if isinstance(route, str) and route in self.routes else "none"
 
-    def observe(self, verdict: Verdict, status: int | None, fields: Mapping[str, Any]) -> None:
+    def observe(
+        self,
+        verdict: Verdict,
+        status: int | None,
+        fields: Mapping[str, Any],
+        chunk_times: ChunkTimes | None = None,
+    ) -> None:
         """Count one finished request. Never raises on what a peer sent: impossible values
-        are left out and counted in sseproxy_impossible_values_total."""
+        are left out and counted in sseproxy_impossible_values_total. `chunk_times`: the
+        times between its output chunks (the shell's clock)."""
         dialect = str(verdict.dialect)
         status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
         route = self.route_label(fields.get("route"))
@@ -331,6 +391,8 @@ class Metrics:
                     histogram.observe(value / 1000)
                 else:
                     self._impossible[field].inc()
+        if chunk_times is not None and chunk_times.count:
+            self.chunk_times.merge(key, chunk_times)
         speed = fields.get("output_tokens_per_s")
         if isinstance(speed, int | float) and not isinstance(speed, bool):
             if math.isfinite(speed) and 0 <= speed <= MAX_TOKENS_PER_SECOND:
@@ -373,7 +435,8 @@ class Metrics:
             )
         children = _Children(
             latency=tuple(
-                h.labels(*key) for h in (self.ttfb, self.ttft, self.duration, self.max_gap)
+                h.labels(*key)
+                for h in (self.ttfb, self.ttft, self.duration, self.max_gap, self.first_chunk)
             ),
             output_speed=self.output_speed.labels(*key),
             upstream_bytes=self.upstream_bytes.labels(*key),

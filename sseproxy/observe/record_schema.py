@@ -11,7 +11,7 @@ import json
 from importlib import resources
 from typing import Any
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 SCHEMA_FILE = "record.schema.json"
 
 

@@ -74,9 +74,13 @@ QUERY_SECRET_KEYS = SECRET_KEYS | {
 SECRET_PARAM_WORD = re.compile(r"[_.-](?:key|token|secret|signature|password|passwd)$")
 # Any other header whose name says it holds a credential.
 SENSITIVE_NAME = re.compile(r"auth|key|token|secret|cookie|session|password", re.IGNORECASE)
-# ...but for these, whose names say so and whose values grant nothing: MCP's session id names
-# a session (the protocol authorises with `Authorization`), and the record shows it.
-NOT_SECRET_HEADERS = frozenset({"mcp-session-id"})
+# ...but for an identifier, whose name says `session` and whose value grants nothing: a name
+# ending in `session-id` (MCP's `Mcp-Session-Id`, Codex's `session-id`, Claude Code's
+# `x-claude-code-session-id`) or `session-affinity` (opencode's), or opencode's
+# `x-opencode-session`, names a session or an agent's run, and the record shows it. The rest of
+# such a name is still read (`x-auth-session-id` says credential). A bare `session` or
+# `x-session-token` stays a credential.
+SESSION_ID_TAIL = re.compile(r"(?:^|[-_])session[-_](?:id|affinity)$|^x-opencode-session$")
 
 # The key shapes of every provider routed by default, wherever they appear. At least 8 token
 # characters after the prefix, so words such as `sk-learn` or `hf_hub` stay readable.
@@ -165,6 +169,13 @@ def _learn_keys(record: dict[Any, Any]) -> None:
             lowered = key.lower()
             if "@" not in lowered and not any(hint in lowered for hint in SHAPE_HINTS):
                 _KNOWN_KEYS.add(key)
+
+
+def names_credential(lower: str) -> bool:
+    """A header's lower-case name says its value is a credential (an identifier's does not)."""
+    if lower in SECRET_KEYS:
+        return True
+    return SENSITIVE_NAME.search(SESSION_ID_TAIL.sub("", lower)) is not None
 
 
 def is_secret_key(name: object) -> bool:
@@ -372,10 +383,7 @@ def _header_secrets(headers: Mapping[str, str], found: set[str]) -> None:
     for name, value in headers.items():
         secret = names.get(name)
         if secret is None:
-            lower = name.lower()
-            secret = lower not in NOT_SECRET_HEADERS and (
-                lower in SECRET_KEYS or SENSITIVE_NAME.search(lower) is not None
-            )
+            secret = names_credential(name.lower())
             if len(names) < MAX_HEADER_NAMES:
                 names[name] = secret
         if secret:

@@ -131,17 +131,24 @@ def request_attributes(request: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+# The cache-write count's name in the GenAI conventions (open-telemetry/
+# semantic-conventions-genai #440), and the older name it replaced, still emitted beside it:
+# backends and dashboards written against the older conventions read only that one.
+CACHE_WRITE = "gen_ai.usage.cache_write.input_tokens"
+CACHE_WRITE_OLD = "gen_ai.usage.cache_creation.input_tokens"
+
+
 def usage_attributes(verdict: Verdict) -> dict[str, Any]:
     usage = verdict.usage
     if usage is None:
         return {}
-    raw = usage.raw if isinstance(usage.raw, Mapping) else {}
-    creation = raw.get("cache_creation_input_tokens")  # Anthropic's cache writes
+    written = usage.cache_write_tokens
     values = {
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
-        "gen_ai.usage.cache_creation.input_tokens": creation,
+        CACHE_WRITE: written,
+        CACHE_WRITE_OLD: written,
         "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens,
     }
     return {
@@ -241,9 +248,16 @@ class Tracing:
             "sseproxy.anomalies": sorted(verdict.anomalies) or None,
             "sseproxy.request_id": fields.get("request_id"),
         }
+        # The convention's first chunk is any generated chunk (semantic-conventions-genai #306);
+        # the first *content* is sseproxy's own attribute beside it.
+        first_chunk = non_negative(fields.get("first_chunk_ms"))
+        if first_chunk is not None:
+            attributes["gen_ai.response.time_to_first_chunk"] = first_chunk / 1000
         ttft = non_negative(fields.get("ttft_ms"))
         if ttft is not None:
-            attributes["gen_ai.response.time_to_first_chunk"] = ttft / 1000
+            attributes["sseproxy.time_to_first_content"] = ttft / 1000
+        if verdict.fallback is not None and verdict.fallback.text_model is not None:
+            attributes["sseproxy.text_model"] = verdict.fallback.text_model
         speed = fields.get("output_tokens_per_s")
         attributes["sseproxy.output_tokens_per_s"] = non_negative(speed)
         attributes.update(usage_attributes(verdict))
@@ -255,6 +269,7 @@ class Tracing:
         start_ns = getattr(span, "start_time", None) or time.time_ns()
         for name, key in (
             ("sseproxy.first_byte", "ttfb_ms"),
+            ("sseproxy.first_chunk", "first_chunk_ms"),
             ("sseproxy.first_content", "ttft_ms"),
         ):
             value = fields.get(key)

@@ -14,6 +14,7 @@ from sseproxy.config import Route, Settings
 from sseproxy.core import EndReason
 from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
 from sseproxy.core.request import parse_body, request_facts
+from sseproxy.core.request_body import decode_request_body
 from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -75,9 +76,12 @@ async def admit(
     except InjectionError as exc:
         status = 403 if isinstance(exc, InjectionDisabled) else 400
         raise Refused(status, "injection", str(exc)) from exc
-    parsed = parse_body(body)  # one parse for the core's facts and for the body's secrets
+    # A compressed body is decoded (bounded) for the facts; the upstream gets it as sent.
+    plain = decode_request_body(body, request.headers.get("Content-Encoding"))
+    facts_body = plain if isinstance(plain, bytes) else b""
+    parsed = parse_body(facts_body)  # one parse for the core's facts and the body's secrets
     version = request.headers.get("MCP-Protocol-Version")
-    asked = request_facts(request.path, request.query_string, body, parsed, version)
+    asked = request_facts(request.path, request.query_string, facts_body, parsed, version)
     secrets = x.facts.secrets.with_json_body(parsed)
     return x.facts.admitted(body, asked, rules, secrets)
 

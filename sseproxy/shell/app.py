@@ -89,7 +89,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             x.facts = await admit(request, x, state, settings)
             if ws_handshake.asks_for_websocket(request):
                 ws_handshake.check(request)  # before any upstream is contacted
-                return await session(request, x, state, settings)
+                return await session(request, x, state, settings, request.app[LEDGER])
             return await forward(request, x, state, settings)
         except Refused as refused:
             return await send_own(request, x, refused)

@@ -19,7 +19,7 @@ from sseproxy.core.events import Framing
 from sseproxy.core.inject import Injector
 from sseproxy.core.pacing import Pacing
 from sseproxy.core.readers import framing_for
-from sseproxy.inspector.endpoints import CONTENT_CHARS, StreamView
+from sseproxy.inspector.endpoints import CONTENT_CHARS, StreamView, inspected_client
 from sseproxy.shell import accelerator
 from sseproxy.shell.admission import Refused, via_entry
 from sseproxy.shell.delivery import ClientDelivery, ContentWatch
@@ -265,14 +265,17 @@ async def relay(
     p = x.progress
     assert p.tap is not None and p.view is not None and p.pacing is not None
     assert p.delivery is not None
+    # An MCP `subscriptions/listen` stream stays open until either side closes it: silence
+    # there is no stall, so neither the idle nor the content timeout cuts it.
+    listen = x.facts.asked.mcp_listen
     watch = IdleWatch(
-        settings.idle_timeout,
+        None if listen else settings.idle_timeout,
         lambda: upstream.abort(
             EndReason.IDLE_TIMEOUT, f"no upstream byte for {settings.idle_timeout} s"
         ),
     )
     stalls = None
-    if settings.content_timeout is not None:
+    if settings.content_timeout is not None and not listen:
         timeout = settings.content_timeout
         stalls = ContentWatch(
             timeout,
@@ -346,6 +349,7 @@ def begin(
         status=p.status,
         tap=p.tap,
     )
+    p.view.run_id, p.view.client = inspected_client(facts.headers)
     state.inspector.started(p.view)
     p.capture = start_capture(state, facts, p, dialect)
 

@@ -8,14 +8,29 @@ or SSE's `Last-Event-ID` (MCP adds `MCP-Session-Id`). It is judged against the o
 the same target (the raw path and query as the client sent them, which with the route decide
 what was forwarded), never by its cursor alone: counters like `100` repeat across streams.
 The method is not compared: an MCP stream opened by POST is resumed by GET on its endpoint.
-A request sent again (same route, method, path and body, within the ledger's time) after one
-that was `interrupted` or `cancelled` is a retry: generated anew, never a resume. The
-original's record is never rewritten; the newer record carries the link.
+A request sent again (same route, within the ledger's time) after one that was
+`interrupted`, `cancelled`, `failed` or an `http_error` is a retry: generated anew, never a
+resume. "Again" is judged as agents retry (`linked_by`): the same method, target and bytes
+(`same_body`); the same JSON once parsed, key order and spacing aside (`same_meaning`: Codex
+serialises `client_metadata` from a hash map, in a new order each attempt); the same JSON
+without `stream` after a streamed attempt (`without_stream`: Claude Code's fallback after a cut
+or an `overloaded_error`); a WebSocket turn's `response.create` sent as an HTTP request to the
+same target (`websocket_fallback`: Codex's). The original's record is never rewritten; the
+newer record carries the link.
+
+MCP from 2026-07-28 (a stateless request) has no resume: a `Last-Event-ID` links nothing, and a
+client re-issues a lost request under a new JSON-RPC id, so its retry is recognised by the call
+(`mcp_key`: route target, method, name and arguments), not by its bytes. A request answering an
+`input_required` result (it carries `inputResponses`) is the next round trip of that call: its
+record says which (`round_trip`), counted from the first.
 
 Bounded three ways, all configurable: streams kept (oldest evicted first), seconds kept after
 the end, events per stream (the tap's recorder keeps the last ones). What one stream costs
 does not grow with what a peer sends: ids are kept as `core.resume.cursor_key`s (at most 40
-characters), the target and the body as 16-byte digests.
+characters), the target and the body as 16-byte digests. A body is digested only up to
+MAX_HASHED_BODY_BYTES (larger: never linked as a retry); it is parsed for its meaning only up to
+MAX_MEANING_BODY_BYTES (larger: linked only when byte-equal). Each request is digested once,
+then compared with at most `limits.streams` kept digests.
 """
 
 from __future__ import annotations
@@ -24,10 +39,14 @@ import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import parse_qs
 
+import orjson
+
 from sseproxy.core import State
+from sseproxy.core.request import parse_body
 from sseproxy.core.resume import (
     Key,
     LedgerEvent,
@@ -43,14 +62,97 @@ from sseproxy.core.resume import (
 # Code points of an answer kept to measure a retry's shared prefix (only with keep_content:
 # otherwise the proxy keeps no text and `shared_prefix_chars` is null).
 MAX_PREFIX_CHARS = 16 * 1024
-# States after which a re-sent request is a retry: the first answer was cut.
-RETRIED_STATES = frozenset({State.INTERRUPTED, State.CANCELLED})
+# States after which a re-sent request is a retry: the first answer was cut, or failed.
+RETRIED_STATES = frozenset({State.INTERRUPTED, State.CANCELLED, State.FAILED, State.HTTP_ERROR})
 RESPONSES_SEGMENT = "/responses/"
 # Gemini Interactions: `GET …/interactions/{id}?stream=true&last_event_id=…` resumes a stream.
 INTERACTIONS_SEGMENT = "/interactions/"
+# The finish reason of an MCP result that asks the client for input (a round trip follows).
+INPUT_REQUIRED = "input_required"
 # Request bodies hashed to recognise a retry; a larger one is never linked as one (hashing
 # 32 MiB on the event loop would hold every stream for tens of milliseconds).
 MAX_HASHED_BODY_BYTES = 4 * 1024 * 1024
+# Request bodies parsed to compare by meaning: parsing and writing back a JSON body costs about
+# 10 ms per MiB on the event loop (hashing alone, 3): a larger body is linked only when its
+# bytes are the same.
+MAX_MEANING_BODY_BYTES = 1024 * 1024
+# Fields that say how an answer travels, not what is asked: a retry over another transport
+# (or without streaming) differs in these only. `type` is a WebSocket message's
+# (`response.create`).
+TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "type"})
+
+
+class LinkedBy(StrEnum):
+    """How a retry was recognised (the record's `retry.linked_by`)."""
+
+    SAME_BODY = "same_body"
+    SAME_MEANING = "same_meaning"
+    WITHOUT_STREAM = "without_stream"
+    WEBSOCKET_FALLBACK = "websocket_fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class BodyKeys:
+    """A request's identities, to recognise it sent again. `exact`: method, target, bytes.
+    `meaning`: method, target and the parsed JSON object (keys sorted, spacing aside).
+    `asked`: the target and that object without its TRANSPORT_FIELDS (what is asked, however
+    it travels). `streamed`: it asked for a stream (`"stream": true`, or a WebSocket turn)."""
+
+    exact: str | None = None
+    meaning: str | None = None
+    asked: str | None = None
+    streamed: bool = False
+    websocket: bool = False
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def body_keys(
+    method: str, path: str, body: bytes, websocket: bool = False, parsed: Any = ...
+) -> BodyKeys:
+    """`body`'s identities (none beyond MAX_HASHED_BODY_BYTES; only `exact` beyond
+    MAX_MEANING_BODY_BYTES or when it is no JSON object). `websocket`: `body` is a turn's
+    `response.create` message on the session's `path`. `parsed`: `body`'s JSON, when the
+    caller has it already (one parse per message)."""
+    exact = body_key(method, path, body)
+    if exact is None or len(body) > MAX_MEANING_BODY_BYTES:
+        return BodyKeys(exact, websocket=websocket)
+    obj = parse_body(body) if parsed is ... else parsed
+    if not isinstance(obj, dict):
+        return BodyKeys(exact, websocket=websocket)
+    rest = {k: v for k, v in obj.items() if k not in TRANSPORT_FIELDS}
+    how = {k: v for k, v in obj.items() if k in TRANSPORT_FIELDS}
+    try:
+        asked = orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)
+        travels = orjson.dumps(how, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):  # too deep to write back: bytes only
+        return BodyKeys(exact, websocket=websocket)
+    target = path.encode("utf-8", "surrogatepass")
+    asked_key = _digest(target, asked)
+    meaning = _digest(method.encode(), target, asked_key.encode(), travels)
+    streamed = websocket or obj.get("stream") is True
+    return BodyKeys(exact, meaning, asked_key, streamed, websocket)
+
+
+def linked_by(kept: BodyKeys, new: BodyKeys) -> LinkedBy | None:
+    """How `new` repeats `kept`, if it does."""
+    if kept.exact is not None and kept.exact == new.exact and kept.websocket == new.websocket:
+        return LinkedBy.SAME_BODY
+    if kept.meaning is not None and kept.meaning == new.meaning and kept.websocket == new.websocket:
+        return LinkedBy.SAME_MEANING
+    if kept.asked is None or kept.asked != new.asked:
+        return None
+    if kept.websocket and not new.websocket:
+        return LinkedBy.WEBSOCKET_FALLBACK
+    if kept.streamed and not new.streamed and not new.websocket:
+        return LinkedBy.WITHOUT_STREAM
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +173,12 @@ class Kept:
     state: State
     response_id: str | None
     session_id: str | None
-    body_key: str | None  # None: too large to be recognised again
+    keys: BodyKeys  # to recognise it sent again
     text: str | None  # the answer's first MAX_PREFIX_CHARS code points, when content is kept
     event_ids: frozenset[str]  # the keys of the SSE ids its events carried (`cursor_key`)
     target: str = ""  # `target_key` of its route's request target, for a Last-Event-ID lookup
+    finish_reason: str | None = None
+    round_trip: int = 1  # which round trip of an MCP call it was (1: the first request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +200,12 @@ class Ended:
     delivered: int  # whole events the client was sent
     retry_ms: int | None
     text: str | None  # the answer, when content is kept
+    websocket: bool = False  # a WebSocket turn (its `keys` taken from its `response.create`)
+    keys: BodyKeys | None = None  # digested already (a turn's, when its message came)
+    finish_reason: str | None = None
+    mcp_stateless: bool = False  # an MCP 2026-07-28 request: no resume; retries by call
+    mcp_call: str | None = None  # `RequestFacts.mcp_call`: the call without its id
+    mcp_round_trip: bool = False  # it carries `inputResponses`
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +214,7 @@ class Links:
 
     resume: ResumeLink | None = None
     retry: dict[str, Any] | None = None
+    round_trip: dict[str, Any] | None = None
 
     @property
     def anomalies(self) -> Counter[str]:
@@ -149,8 +260,14 @@ def body_key(method: str, path: str, body: bytes) -> str | None:
     MAX_HASHED_BODY_BYTES)."""
     if len(body) > MAX_HASHED_BODY_BYTES:
         return None
-    h = hashlib.blake2b(digest_size=16)
-    for part in (method.encode(), path.encode(), body):
+    return _digest(method.encode(), path.encode("utf-8", "surrogatepass"), body)
+
+
+def mcp_key(path: str, call: str) -> str:
+    """The identity of a stateless MCP call sent again: its target and the call without its
+    JSON-RPC id (`mcp_request.call_key`), in the same 16 bytes as `body_key`."""
+    h = hashlib.blake2b(b"mcp", digest_size=16)
+    for part in (path.encode("utf-8", "surrogatepass"), call.encode()):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
@@ -207,12 +324,26 @@ class Ledger:
                 return kept
         return None
 
-    def retried(self, route: str | None, key: str | None) -> Kept | None:
+    def retried(self, route: str | None, keys: BodyKeys) -> tuple[Kept, LinkedBy] | None:
+        """The newest kept stream of the same route that `keys` repeats, when it was cut or
+        failed (a repeat of a completed one is a new question, not a retry)."""
+        if keys.exact is None:
+            return None
+        for kept in self.newest():
+            if kept.route != route:
+                continue
+            how = linked_by(kept.keys, keys)
+            if how is not None:
+                return (kept, how) if kept.state in RETRIED_STATES else None
+        return None
+
+    def paused(self, route: str | None, key: str | None) -> Kept | None:
+        """The newest request of this MCP call, when it was answered `input_required`."""
         if key is None:
             return None
         for kept in self.newest():
-            if kept.route == route and kept.body_key == key:
-                return kept if kept.state in RETRIED_STATES else None
+            if kept.route == route and kept.keys.exact == key:
+                return kept if kept.finish_reason == INPUT_REQUIRED else None
         return None
 
     def link(self, ended: Ended, now: float) -> Links:
@@ -221,24 +352,38 @@ class Ledger:
             return Links()
         self.expire(now)
         text = ended.text[:MAX_PREFIX_CHARS] if self.keep_text and ended.text is not None else None
-        key = body_key(ended.method, ended.path, ended.body)
+        stateless = ended.mcp_stateless
+        if stateless and ended.mcp_call is not None:  # a call sent again has a new JSON-RPC id
+            keys = BodyKeys(mcp_key(ended.path, ended.mcp_call))
+        else:
+            keys = ended.keys or body_keys(ended.method, ended.path, ended.body, ended.websocket)
         target = target_key(ended.path)
         links = Links()
-        asked = resumption(ended.method, ended.path, ended.headers)
-        if asked is not None:
+        round_trip = 1
+        asked = (
+            None
+            if stateless or ended.websocket
+            else resumption(ended.method, ended.path, ended.headers)
+        )
+        paused = self.paused(ended.route, keys.exact) if ended.mcp_round_trip else None
+        if paused is not None:
+            round_trip = paused.round_trip + 1
+            links = Links(round_trip={"of": paused.original.request_id, "number": round_trip})
+        elif asked is not None:
             kept = self.original_of(ended.route, ended.session_id, asked, target)
             original = kept.original if kept is not None else None
             # From the original's end to this request's start: how long the client waited.
             elapsed = (ended.started - original.ended) * 1000 if original is not None else None
             links = Links(link_resume(original, asked.cursor, ended.events, asked.key, elapsed))
         else:
-            kept = self.retried(ended.route, key)
-            if kept is not None:
+            found = self.retried(ended.route, keys)
+            if found is not None:
+                kept, how = found
                 shared = None
                 if text is not None and kept.text is not None:
                     shared = shared_prefix_chars(kept.text, text)
                 retry = {"of": kept.original.request_id, "regenerated": True}
-                links = Links(retry={**retry, "shared_prefix_chars": shared})
+                links = Links(retry={**retry, "shared_prefix_chars": shared, "linked_by": how})
         original = Original(ended.request_id, ended.events, ended.delivered, ended.retry_ms, now)
         ids = frozenset(e.event_id for e in ended.events if e.event_id is not None)
         self.keep(
@@ -248,10 +393,12 @@ class Ledger:
                 ended.state,
                 ended.response_id,
                 ended.session_id,
-                key,
+                keys,
                 text,
                 ids,
                 target,
+                ended.finish_reason,
+                round_trip,
             )
         )
         return links

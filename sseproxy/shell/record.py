@@ -13,6 +13,7 @@ from sseproxy.core import EndReason, ErrorInfo, Interruption, State, Verdict, wi
 from sseproxy.core.dialects import spec_for
 from sseproxy.core.dialects.mcp import SESSION_HEADER, session_findings
 from sseproxy.core.pacing import PacingSummary
+from sseproxy.observe.clients import client_fields
 from sseproxy.observe.log import json_rendered, json_safe
 from sseproxy.observe.record_schema import SCHEMA_VERSION
 from sseproxy.observe.redact import Secrets
@@ -111,6 +112,10 @@ def ended(facts: RequestFacts, progress: Progress, verdict: Verdict, keep_text: 
         delivered=delivery.last_delivered()[0] if delivery is not None else 0,
         retry_ms=tap.retry_ms if tap is not None else None,
         text=tap.primary_text() if keep_text and tap is not None else None,
+        finish_reason=verdict.finish_reason,
+        mcp_stateless=facts.asked.mcp_stateless,
+        mcp_call=facts.asked.mcp_call,
+        mcp_round_trip=facts.asked.mcp_round_trip,
     )
 
 
@@ -125,8 +130,8 @@ def _transport(facts: RequestFacts, progress: Progress, verdict: Verdict) -> Ver
     if no_body and progress.status is not None and 200 <= progress.status < 300:
         # No body was expected: nothing was cut, and nothing confirms an answer either.
         return verdict.replace(state=State.UNCONFIRMED, interruption=None)
-    cancels = spec_for(verdict.dialect).disconnect_cancels
-    return with_transport(verdict, progress.status, str(end), cancels)
+    rule = spec_for(verdict.dialect).on_client_close(facts.asked)
+    return with_transport(verdict, progress.status, str(end), rule)
 
 
 def paced(
@@ -167,6 +172,7 @@ def build_rendered(
     fields that override the verdict's (a WebSocket turn's transport, session, dialect)."""
     body = verdict.to_dict()
     response_model = body.pop("model")
+    fallback = body.pop("fallback", None)
     route = facts.route
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -182,6 +188,7 @@ def build_rendered(
         "model": facts.asked.model,
         "response_model": response_model,
         "stream": progress.stream,
+        **client_fields(facts.headers),
         **progress.timings.fields(time.monotonic()),
         **body,
     }
@@ -193,6 +200,13 @@ def build_rendered(
     session = session_of(facts)
     if session is not None:
         fields["mcp_session_id"] = session  # not a secret; `Authorization` stays redacted
+    if fallback is not None:
+        fields["fallback_hops"] = fallback["hops"]
+        text_model = fallback["text_model"]
+        if text_model is not None and text_model != response_model:
+            fields["text_model"] = text_model  # who wrote the answer, when not response_model
+    if facts.asked.mcp_version is not None:
+        fields["mcp_protocol_version"] = facts.asked.mcp_version  # the rules it was judged by
     retry_ms = progress.tap.retry_ms if progress.tap is not None else None
     if retry_ms is not None:
         fields["sse_retry_ms"] = retry_ms
@@ -200,6 +214,8 @@ def build_rendered(
         fields["resume"] = links.resume.fields()
     if links is not None and links.retry is not None:
         fields["retry"] = links.retry
+    if links is not None and links.round_trip is not None:
+        fields["round_trip"] = links.round_trip
     if facts.inject_rules:
         fields["injected"] = [str(rule) for rule in facts.inject_rules]
     if progress.trailers:

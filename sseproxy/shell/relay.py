@@ -109,15 +109,17 @@ class IdleWatch:
     doing: the period starts again when reading resumes.
     """
 
-    def __init__(self, timeout: float, on_expiry: Callable[[], None]) -> None:
+    def __init__(self, timeout: float | None, on_expiry: Callable[[], None]) -> None:
+        """`timeout` None: never expires (a stream meant to stay open, MCP's listen)."""
         self.timeout = timeout
         self.on_expiry = on_expiry
         self.last = time.monotonic()
         self.paused = False
         self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_later(timeout, self._check)
+        self._handle = None if timeout is None else self._loop.call_later(timeout, self._check)
 
     def _check(self) -> None:
+        assert self.timeout is not None  # scheduled only with a timeout
         if self.paused:
             self._handle = self._loop.call_later(self.timeout, self._check)
             return
@@ -128,7 +130,8 @@ class IdleWatch:
             self._handle = self._loop.call_later(deadline - time.monotonic(), self._check)
 
     def stop(self) -> None:
-        self._handle.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 class Parts:
@@ -439,7 +442,7 @@ class Relay:
 
     def _account(self, arrived: float, now: float, size: int, deltas: int) -> None:
         parts = self.parts
-        parts.timings.chunk(arrived, now, deltas)
+        parts.timings.chunk(arrived, now, deltas, parts.tap.events)
         parts.pacing.content(arrived, deltas)
         if parts.stalls is not None:
             parts.stalls.chunk(arrived, deltas)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sseproxy.capture.store import Capture, redact_headers
 from sseproxy.core import Dialect, Verdict
+from sseproxy.core.request_body import decode_request_body
 from sseproxy.observe.log import json_ready, level_for, request_finished
 from sseproxy.shell.record import Record
 from sseproxy.shell.state import Progress, ProxyState, RequestFacts
@@ -45,7 +46,10 @@ def deliver(
     safecall(
         state, "log", lambda: request_finished(record, level_for(str(record["state"])), rendered)
     )
-    safecall(state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record))
+    chunks = progress.timings.chunk_times
+    safecall(
+        state, "metrics", lambda: state.metrics.observe(verdict, progress.status, record, chunks)
+    )
     inspector = state.inspector
     tap = progress.tap
     text = tap.primary_text() if inspector.keep_content and tap is not None else None
@@ -68,8 +72,11 @@ def deliver(
     tracing = state.tracing
     span = progress.span
     if span is not None and tracing is not None:
-        body = facts.body
-        safecall(state, "tracing", lambda: tracing.end(span, verdict, record, request=body))
+        safecall(
+            state,
+            "tracing",
+            lambda: tracing.end(span, verdict, record, request=_plain_body(facts)),
+        )
     captures, capture = state.captures, progress.capture
     if capture is not None and captures is not None:
 
@@ -132,3 +139,10 @@ def capture_meta(
         "verdict": json_ready(verdict.to_dict()),  # captures.save redacts all it writes
         "record": dict(record),
     }
+
+
+def _plain_body(facts: RequestFacts) -> bytes:
+    """The request body for the span's parameters: a compressed one decoded again (bounded;
+    only with tracing on), b"" when it cannot be."""
+    plain = decode_request_body(facts.body, facts.headers.get("Content-Encoding"))
+    return plain if isinstance(plain, bytes) else b""

@@ -19,7 +19,7 @@ from sseproxy.capture.store import Capture, CaptureStore
 from sseproxy.config import Route, Settings
 from sseproxy.core import EndReason, ErrorInfo, StreamTap
 from sseproxy.core.inject import Rule
-from sseproxy.core.pacing import Pacing
+from sseproxy.core.pacing import ChunkTimes, Pacing
 from sseproxy.core.request import RequestFacts as CoreRequestFacts
 from sseproxy.core.sessions.judges import ReconnectWatch
 from sseproxy.inspector.endpoints import Inspector, StreamView
@@ -104,9 +104,15 @@ class Timings:
     first_content: float | None = None
     last_content: float | None = None
     max_content_gap: float = 0.0
+    # The first chunk that carried an event of the response (any kind: role, reasoning, tool
+    # call, text; not a keep-alive comment): the GenAI conventions' "first chunk".
+    first_chunk: float | None = None
+    last_output: float | None = None  # when the last content chunk arrived (upstream clock)
+    chunk_times: ChunkTimes | None = None  # between content chunks, once there are two
 
-    def chunk(self, arrived: float, now: float, content_deltas: int) -> None:
-        """A chunk that `arrived` from upstream reached the client at `now`.
+    def chunk(self, arrived: float, now: float, content_deltas: int, events: int = 0) -> None:
+        """A chunk that `arrived` from upstream reached the client at `now`; `events`: the
+        events the stream has carried so far (the tap's count).
 
         The gap is the upstream's silence (arrival minus the previous chunk's delivery), so a
         client that reads slowly shows in `client_wait_ms`, not in `max_gap_ms`.
@@ -115,6 +121,8 @@ class Timings:
         if arrived - last > self.max_gap:
             self.max_gap = arrived - last
         self.last_chunk = now
+        if self.first_chunk is None and (events or content_deltas):
+            self.first_chunk = arrived
         if content_deltas:
             if self.first_content is None:
                 # time to first content (`ttft_ms`) is the upstream's, as the pacing's clock:
@@ -123,6 +131,11 @@ class Timings:
             elif self.last_content is not None:
                 self.max_content_gap = max(self.max_content_gap, now - self.last_content)
             self.last_content = now
+            if self.last_output is not None:
+                if self.chunk_times is None:
+                    self.chunk_times = ChunkTimes()
+                self.chunk_times.add(arrived - self.last_output)
+            self.last_output = arrived
 
     def resumed(self, now: float) -> None:
         """The upstream was paused for a client that did not read, until `now`: the next
@@ -143,6 +156,7 @@ class Timings:
         return {
             "ttfb_ms": ms(self.headers),
             "ttft_ms": ms(self.first_content),
+            "first_chunk_ms": ms(self.first_chunk),
             "duration_ms": round((end - self.start) * 1000, 3),
             "max_gap_ms": None if last_byte is None else round(max_gap * 1000, 3),
             "content_gap_ms": round(content_gap * 1000, 3) if self.first_content else None,

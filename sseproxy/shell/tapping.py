@@ -1,28 +1,14 @@
 """The shell's contact points with the core's tap: opening a tap for a response with what the
-request asked for, and closing it with the transport's truth."""
+request asked for, and closing it with the transport's truth. Whoever watches the bytes (the
+inspector's view, for its event list and raw view) registers a `TapObserver` on the tap: both
+ways the shell relays a body feed the tap every chunk, so no relay needs to know about it."""
 
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
 
 from sseproxy.core import Dialect, EndReason, StreamTap, TapOptions, Verdict
 from sseproxy.core.request import RequestFacts
-
-
-class ObservedTap(StreamTap):
-    """A tap that shows each chunk it is fed, with the time it was fed, to an observer (the
-    inspector's view keeps the bytes for its event list and raw view). Both ways the shell
-    relays a body feed the tap every chunk, so no relay needs to know about the view."""
-
-    observer: Callable[[bytes, float], None] | None = None
-
-    def feed(self, chunk: bytes) -> int:
-        observer = self.observer
-        if observer is not None:
-            observer(chunk, time.monotonic())
-        return StreamTap.feed(self, chunk)
 
 
 @functools.lru_cache(maxsize=16)
@@ -46,8 +32,8 @@ def open_tap(
     content_encoding: str | None,
     options: TapOptions,
     request: RequestFacts,
-) -> ObservedTap:
-    return ObservedTap(
+) -> StreamTap:
+    return StreamTap(
         dialect,
         content_type=content_type,
         content_encoding=content_encoding,

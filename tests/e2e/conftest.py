@@ -8,6 +8,7 @@ import pytest
 from sseproxy.config import load, make_route
 from sseproxy.shell.app import create_app
 from tests.integration.conftest import (  # noqa: F401  (shared fixtures)
+    SERVER_KWARGS,
     logs,
     make_proxy,
     proxy_server,
@@ -24,5 +25,5 @@ async def proxy_url(aiohttp_server, upstream, logs) -> str:  # noqa: F811
         make_route(r.name, r.paths, fake_url, r.strip_prefix, r.dialect) for r in settings.routes
     )
     # aiohttp's TestServer runs with handler_cancellation=True, as `sseproxy serve` does.
-    server = await aiohttp_server(create_app(replace(settings, routes=routes)))
+    server = await aiohttp_server(create_app(replace(settings, routes=routes)), **SERVER_KWARGS)
     return str(server.make_url("")).rstrip("/")

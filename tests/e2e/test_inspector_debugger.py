@@ -3,7 +3,7 @@ is in the viewport beside the list (and the keyboard moves through the rows); th
 selects and search narrow the rows; the event list of a Chat, an Anthropic and a Bedrock stream
 has one row per event the record counted; the raw view shows each chunk and the cut tail;
 headers are redacted; a hostile upstream string renders as text and never runs. Saves the
-README's screenshots under artifacts/ (docs/ holds copies)."""
+docs/inspector.md's screenshots under artifacts/ (docs/ holds copies)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ completed and an interrupted turn through the proxy to the scripted WebSocket up
 row is live while it runs, expands to its turns (never loose rows of their own), and its
 detail lists the messages both ways in the order they were sent, the close, the handshake
 with its credentials redacted; peer strings (a message, the subprotocol, the close reason)
-render as text. Saves the README's screenshot under artifacts/ (docs/ holds a copy)."""
+render as text. Saves docs/inspector.md's screenshot under artifacts/ (docs/ holds a copy)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ TOKEN = "bedrock-api-key-test"
 
 def bedrock_client(endpoint: str, inject: str | None = None) -> Any:
     """A Bedrock API key over plain HTTP: botocore refuses its own bearer auth without HTTPS,
-    so the client is unsigned and the key goes in the header (as README shows)."""
+    so the client is unsigned and the key goes in the header (as docs/providers.md shows)."""
     client = boto3.client(
         "bedrock-runtime",
         region_name="us-east-1",
@@ -154,7 +154,7 @@ def bearer(monkeypatch) -> str:
 
 
 def test_botocore_bearer_auth_needs_https(monkeypatch, bearer) -> None:
-    """Why the clients here are unsigned: README tells users the same."""
+    """Why the clients here are unsigned: docs/providers.md tells users the same."""
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", bearer)
     client = boto3.client(
         "bedrock-runtime", region_name="us-east-1", endpoint_url="http://127.0.0.1:9"
@@ -423,7 +423,7 @@ VERTEX = make_route(
 
 @pytest.fixture
 async def documented_proxy_url(aiohttp_server, upstream, logs) -> str:
-    """The default config plus the README's Azure and Vertex routes, re-pointed at the fake."""
+    """The default config plus docs/providers.md's Azure and Vertex routes, re-pointed at the fake."""
     _, fake_url = upstream
     server = await aiohttp_server(create_app(routes_to(fake_url, (AZURE, VERTEX))))
     return str(server.make_url("")).rstrip("/")

@@ -222,7 +222,7 @@ async def test_openai_responses_connect_sees_what_the_record_says(scripted, logs
 
 
 # google-genai with websockets 13.x-14.x sends User-Agent twice in its handshake, which the
-# proxy's HTTP server (aiohttp, strict about singleton headers) refuses with a 400: README says
+# proxy's HTTP server (aiohttp, strict about singleton headers) refuses with a 400: docs/providers.md says
 # to use websockets 15 beside google-genai.
 WEBSOCKETS_MAJOR = int(importlib.metadata.version("websockets").split(".")[0])
 

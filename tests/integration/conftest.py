@@ -23,6 +23,10 @@ from tests.integration.fake_upstream import FakeUpstream
 from tests.integration.raw_upstream import WireUpstream
 from tests.record_contract import invalid_records
 
+# The proxy's own server settings that tests serve it with, as `sseproxy serve` does (server.py):
+# the request body as the client sent it, never inflated by aiohttp.
+SERVER_KWARGS: dict[str, Any] = {"auto_decompress": False}
+
 
 class _NotifyingStream(io.StringIO):
     def __init__(self, written: asyncio.Event) -> None:
@@ -117,7 +121,7 @@ def logs() -> Iterator[LogCapture]:
 @pytest.fixture
 async def upstream(aiohttp_server) -> tuple[FakeUpstream, str]:
     fake = FakeUpstream()
-    server = await aiohttp_server(fake.app())
+    server = await aiohttp_server(fake.app(), auto_decompress=False)  # bodies as forwarded
     return fake, str(server.make_url("")).rstrip("/")
 
 
@@ -131,14 +135,15 @@ async def wire() -> Any:
 
 
 @pytest.fixture
-def make_proxy(aiohttp_client, upstream, logs) -> Callable[..., Any]:
+def make_proxy(aiohttp_client, aiohttp_server, upstream, logs) -> Callable[..., Any]:
     _, url = upstream
 
     async def make(**overrides: Any) -> Any:
         overrides.setdefault("upstream", url)
         settings = load(None, {}, overrides)
         # aiohttp's TestServer runs with handler_cancellation=True, as `sseproxy serve` does.
-        return await aiohttp_client(create_app(settings))
+        # auto_decompress=False: the request body as sent, as `sseproxy serve` reads it.
+        return await aiohttp_client(await aiohttp_server(create_app(settings), **SERVER_KWARGS))
 
     return make
 
@@ -149,7 +154,7 @@ def proxy_server(aiohttp_server, logs) -> Callable[..., Any]:
 
     async def make(upstream: str, **overrides: Any) -> str:
         settings = load(None, {}, {"upstream": upstream, **overrides})
-        server = await aiohttp_server(create_app(settings))
+        server = await aiohttp_server(create_app(settings), **SERVER_KWARGS)
         return str(server.make_url("")).rstrip("/")
 
     return make

@@ -130,8 +130,9 @@ async def test_captured_headers_keep_the_allowlist_and_redact_the_rest(
     await (await client.post(PATH, json={"model": "m"}, headers=request_headers)).read()
     sidecar_path, sidecar, _ = await one_capture(client, logs, tmp_path)
     sent = {k.lower(): v for k, v in sidecar["request_headers"].items()}
-    for name in ("authorization", "x-auth-token", "anthropic-api-key", "cookie", "x-session-id"):
+    for name in ("authorization", "x-auth-token", "anthropic-api-key", "cookie"):
         assert sent[name] == REDACTED
+    assert sent["x-session-id"] == "session-value-1"  # an identifier (issue 30), no credential
     assert sent["x-note"] == f"routed with {REDACTED}"
     assert sent["user-agent"] == "OpenAI/Python 1.54.0"
     assert sent["x-stainless-lang"] == "python"

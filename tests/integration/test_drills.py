@@ -132,7 +132,7 @@ async def test_config_rules_apply_without_a_header(upstream, make_proxy, logs) -
     assert b"[DONE]" not in body and b'finish_reason":"stop' not in body.replace(b" ", b"")
     [record] = await logs.wait()
     assert record["injected"] == ["drop-terminal"]
-    assert record["state"] == "interrupted"  # what README promises: the terminal never comes
+    assert record["state"] == "interrupted"  # as the drills table says: no terminal, ever
 
 
 async def test_mock_serves_captures_with_their_chunking(

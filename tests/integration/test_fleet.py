@@ -191,6 +191,7 @@ async def test_report_counts_equal_the_records_own(fleet_log, capsys) -> None:
         "records": len(records),
         "sessions": 0,
         "unparseable": 1,
+        "drills": 0,
         "other_events": 1,
         "outside_window": 0,
     }
@@ -324,6 +325,10 @@ async def test_every_view_agrees_with_the_report(fleet_log, clickhouse, capsys) 
     assert rows(clickhouse, "SELECT * FROM sseproxy.failure_rate_by_route") == rates(
         data["by_route"], "route"
     )
+    assert rows(clickhouse, "SELECT * FROM sseproxy.failure_rate_by_client") == rates(
+        data["by_client"], "client", "version"
+    )
+    assert data["by_client"]  # the fleet's clients name themselves
     assert rows(clickhouse, "SELECT * FROM sseproxy.cuts_by_reason") == data["cuts"]
     assert rows(clickhouse, "SELECT * FROM sseproxy.anomalies_top") == data["anomalies"][:20]
     for view, metric in (("ttft_by_model", "ttft_ms"), ("duration_by_model", "duration_ms")):

@@ -205,6 +205,7 @@ async def test_events_listed_and_their_data_are_bounded(upstream, make_proxy, lo
     d = await detail(client, record["request_id"])
     assert len(d["events"]) == 3 and d["events_omitted"] == 1
     assert all(len(e["data"]) == 10 and e["truncated"] for e in d["events"])
+    assert all(len(e["gist"]) <= 10 for e in d["events"])
     assert all(len(c["text"]) <= 10 and c["truncated"] for c in d["raw"])
 
     exactly = await make_proxy(keep_content=True, inspector_events=4, inspector_chars=7)
@@ -216,8 +217,9 @@ async def test_events_listed_and_their_data_are_bounded(upstream, make_proxy, lo
         "t_ms": 0,
         "kind": "event",
         "type": "message",
-        "size": 6,
+        "size": len(b"data: [DONE]\n\n"),  # the bytes on the wire, not the data's
         "data": "[DONE]",
+        "gist": "[DONE]",
         "truncated": False,
         "anomalies": [],
     }

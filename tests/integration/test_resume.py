@@ -142,6 +142,7 @@ async def test_sending_the_request_again_after_a_cut_is_a_retry_not_a_resume(pro
         "of": original["request_id"],
         "regenerated": True,
         "shared_prefix_chars": None,  # the proxy keeps no text unless keep_content
+        "linked_by": "same_body",
     }
 
 

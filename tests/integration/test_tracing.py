@@ -11,7 +11,7 @@ from aiohttp import web
 
 from sseproxy.config import load
 from sseproxy.shell.app import create_app
-from tests.integration.fake_upstream import Close, Script, Send
+from tests.integration.fake_upstream import Close, Script, Send, Sleep
 from tests.streams import chat_chunk, sse
 
 trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
@@ -76,15 +76,20 @@ async def test_span_per_request_with_genai_attributes(upstream, aiohttp_client, 
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (11, 7)
     assert a["gen_ai.usage.cache_read.input_tokens"] == 4
     assert a["gen_ai.usage.reasoning.output_tokens"] == 5
-    assert "gen_ai.usage.cache_creation.input_tokens" not in a  # OpenAI does not report it
+    assert "gen_ai.usage.cache_write.input_tokens" not in a  # this usage reports none
     host, port = url.removeprefix("http://").split(":")
     assert (a["server.address"], a["server.port"]) == (host, int(port))
     assert (a["gen_ai.request.stream"], a["gen_ai.request.max_tokens"]) == (True, 99)
     assert a["gen_ai.request.temperature"] == 0.5
     [record] = logs.records()
-    assert a["gen_ai.response.time_to_first_chunk"] == record["ttft_ms"] / 1000
+    assert a["gen_ai.response.time_to_first_chunk"] == record["first_chunk_ms"] / 1000
+    assert a["sseproxy.time_to_first_content"] == record["ttft_ms"] / 1000
     assert (a["sseproxy.state"], a["sseproxy.last_event"]) == ("completed", "[DONE]")
-    assert [e.name for e in span.events] == ["sseproxy.first_byte", "sseproxy.first_content"]
+    assert [e.name for e in span.events] == [
+        "sseproxy.first_byte",
+        "sseproxy.first_chunk",
+        "sseproxy.first_content",
+    ]
     # continued from the incoming traceparent...
     assert format(span.context.trace_id, "032x") == PARENT.split("-")[1]
     assert format(span.parent.span_id, "016x") == PARENT.split("-")[2]
@@ -93,6 +98,41 @@ async def test_span_per_request_with_genai_attributes(upstream, aiohttp_client, 
     assert forwarded[1] == PARENT.split("-")[1] and forwarded[2] == format(
         span.context.span_id, "016x"
     )
+
+
+async def test_the_first_chunk_is_any_event_and_comes_before_the_first_content(
+    upstream, aiohttp_client, logs
+) -> None:
+    """A Chat stream whose first chunk carries only the role (as OpenAI's do), then content
+    0.3 s later: the conventions' time to first chunk counts the role chunk
+    (semantic-conventions-genai #306), sseproxy's first content the text."""
+    fake, url = upstream
+    role = {
+        **chat(),
+        "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}],
+    }
+    fake.script(
+        PATH,
+        Script(
+            [
+                Send(b": keep-alive\n\n"),  # a comment is no chunk of the response
+                Send(sse(role)),
+                Sleep(0.3),
+                Send(sse(chat("Hi"), chat(finish="stop"), "[DONE]")),
+            ]
+        ),
+    )
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter)
+    client = await aiohttp_client(create_app(load(None, {}, {"upstream": url}), tracing=tracing))
+    resp = await client.post(PATH, json={"model": "gpt-x", "stream": True})
+    await resp.read()
+    [span] = await spans_of(exporter, tracing, 1)
+    [record] = logs.records()
+    assert record["ttft_ms"] - record["first_chunk_ms"] >= 250
+    a = span.attributes
+    assert a["gen_ai.response.time_to_first_chunk"] == record["first_chunk_ms"] / 1000
+    assert a["gen_ai.response.time_to_first_chunk"] < a["sseproxy.time_to_first_content"]
 
 
 async def test_interrupted_stream_span_is_an_error(upstream, aiohttp_client, logs) -> None:
@@ -115,7 +155,7 @@ async def test_interrupted_stream_span_is_an_error(upstream, aiohttp_client, log
 async def test_otlp_http_export_reaches_a_receiver(
     upstream, aiohttp_server, aiohttp_client, logs, monkeypatch
 ) -> None:
-    """As README says for Phoenix / Langfuse: headers and the project's resource attribute
+    """As docs/metrics-and-opentelemetry.md says for Phoenix / Langfuse: headers and the project's resource attribute
     come from the standard OTEL_* variables."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -226,19 +266,32 @@ def test_request_parameters_on_the_span(request_body, expected) -> None:
     assert got == {"gen_ai.request.model": "m", **expected}
 
 
-def test_anthropic_cache_creation_and_log_ids() -> None:
-    from sseproxy.core import Dialect, State, Usage, Verdict
+def test_anthropic_cache_write_under_both_names_and_log_ids() -> None:
+    """The cache-write count under the conventions' current name
+    (`gen_ai.usage.cache_write.input_tokens`, semantic-conventions-genai #440) and the older
+    `cache_creation` one that earlier backends read."""
+    from sseproxy.core import Dialect
     from sseproxy.observe.tracing import log_ids
+    from tests.streams import verdict_of
 
-    raw = {"input_tokens": 3, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 9}
-    usage = Usage(input_tokens=32, output_tokens=5, cached_tokens=9, raw=raw)
-    verdict = Verdict(Dialect.ANTHROPIC_MESSAGES, State.COMPLETED, usage=usage)
+    usage = {"input_tokens": 3, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 9}
+    start = {"type": "message_start", "message": {"id": "m1", "model": "c", "usage": usage}}
+    stop = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}}
+    verdict = verdict_of(
+        sse(
+            ("message_start", start),
+            ("message_delta", stop),
+            ("message_stop", {"type": "message_stop"}),
+        ),
+        Dialect.ANTHROPIC_MESSAGES,
+    )
     span = finished_span(verdict, {"upstream": "https://api.anthropic.com"}, None)
     a = span.attributes
     assert (
+        a["gen_ai.usage.cache_write.input_tokens"],
         a["gen_ai.usage.cache_creation.input_tokens"],
         a["gen_ai.usage.cache_read.input_tokens"],
-    ) == (20, 9)
+    ) == (20, 20, 9)
     assert (a["server.address"], a["server.port"]) == ("api.anthropic.com", 443)
     ids = log_ids(span)
     assert ids == {

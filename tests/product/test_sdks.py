@@ -274,7 +274,7 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 
 async def test_gemini_live_connect(proxy: ProxyProcess) -> None:
-    """google-genai's Live client always opens TLS (wss://): as README says, it reaches the
+    """google-genai's Live client always opens TLS (wss://): as docs/providers.md says, it reaches the
     proxy through a TLS terminator in front of it, here one in the test."""
     ca = trustme.CA()
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -12,7 +12,8 @@ import pytest
 from sseproxy.core import Dialect, State, StreamTap, TapOptions
 from sseproxy.core.dialects import a2a, gemini_interactions
 from sseproxy.core.dialects.base import MAX_INDEX, MAX_TOOL_CALLS
-from sseproxy.core.request import MAX_METHOD_CHARS, request_facts
+from sseproxy.core.mcp_request import MAX_METHOD_CHARS
+from sseproxy.core.request import request_facts
 from tests.streams import sse
 
 
@@ -82,8 +83,8 @@ def test_ag_ui_usage_entries_cap_and_one_more(entries: int, summed: int) -> None
 @pytest.mark.parametrize(
     ("length", "kept"), [(MAX_METHOD_CHARS, True), (MAX_METHOD_CHARS + 1, False)]
 )
-def test_rpc_method_and_mcp_version_length_cap_and_one_more(length: int, kept: bool) -> None:
-    method = "m" * length
+def test_rpc_method_length_cap_and_one_more(length: int, kept: bool) -> None:
+    """Past the cap no method is kept, so none selects MCP or A2A."""
+    method = "message/stream" + "m" * (length - len("message/stream"))
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method}).encode()
-    facts = request_facts("/", "", body, mcp_version="v" * length)
-    assert (facts.rpc_method == method, facts.mcp_version is not None) == (kept, kept)
+    assert (request_facts("/", "", body).rpc_method == method) is kept

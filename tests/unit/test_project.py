@@ -1,4 +1,5 @@
-"""The project's own promises: CI runs README's test command; lint and types are clean."""
+"""The project's own promises: CI runs README's test command and the floors command of
+docs/development.md; lint and types are clean."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ def ci_commands() -> list[str]:
     return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def readme_section(title: str) -> str:
-    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+def development_section(title: str) -> str:
+    """A `## title` section of docs/development.md (README's Supported versions moved there)."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_ci_runs_exactly_the_readme_test_command_last() -> None:
@@ -42,8 +45,9 @@ def test_ci_runs_exactly_the_readme_test_command_last() -> None:
 
 
 def test_ci_runs_the_readme_floors_command() -> None:
-    """README's floors command, one step a line in .ci/run (`set -e` stops at any of them)."""
-    [command] = re.findall(r"```sh\n(.*?)\n```", readme_section("Supported versions"), re.S)
+    """docs/development.md's floors command, one step a line in .ci/run (`set -e` stops at any
+    of them)."""
+    [command] = re.findall(r"```sh\n(.*?)\n```", development_section("Supported versions"), re.S)
     steps = command.split(" && ")
     ci = ci_commands()
     assert steps[0] in ci
@@ -151,7 +155,7 @@ def test_the_floors_file_pins_exactly_the_declared_lower_bounds() -> None:
     )
 
 
-def test_readme_names_every_declared_floor() -> None:
-    section = " ".join(readme_section("Supported versions").split())
+def test_docs_name_every_declared_floor() -> None:
+    section = " ".join(development_section("Supported versions").split())
     missing = [f"{n}>={v}" for n, v in declared_floors().items() if f"`{n}>={v}`" not in section]
     assert missing == []

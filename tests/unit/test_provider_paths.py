@@ -1,6 +1,6 @@
 """Azure OpenAI and Vertex AI: their paths reach the right dialect, Azure's content-filter
 annotations are read (not mistaken for content or for repeated finish reasons), and the
-default config carries the routes README names."""
+default config carries the routes docs/providers.md names."""
 
 from __future__ import annotations
 

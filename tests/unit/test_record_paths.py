@@ -158,6 +158,7 @@ def test_to_dict_keeps_usage_raw_out() -> None:
         "total_tokens": None,
         "reasoning_tokens": None,
         "cached_tokens": None,
+        "cache_write_tokens": None,
     }
     assert out["dialect"] == "openai-chat" and type(out["dialect"]) is str
 
@@ -169,7 +170,9 @@ class OldMetrics(Metrics):
     """Metrics.observe through `labels()` on every call, without the bound children
     (reference: the same series and values, looked up the plain way)."""
 
-    def observe(self, verdict: Verdict, status: int | None, fields: Mapping[str, Any]) -> None:
+    def observe(
+        self, verdict: Verdict, status: int | None, fields: Mapping[str, Any], chunks: Any = None
+    ) -> None:
         dialect = str(verdict.dialect)
         status_class = f"{status // 100}xx" if isinstance(status, int) and status > 0 else "none"
         route = self.route_label(fields.get("route"))
@@ -194,6 +197,7 @@ class OldMetrics(Metrics):
             (self.ttft, "ttft_ms"),
             (self.duration, "duration_ms"),
             (self.max_gap, "max_gap_ms"),
+            (self.first_chunk, "first_chunk_ms"),
         ):
             histogram.labels(*key)
             value = fields.get(field)
@@ -242,6 +246,7 @@ record_fields = st.fixed_dictionaries(
         "ttft_ms": latency,
         "duration_ms": latency,
         "max_gap_ms": latency,
+        "first_chunk_ms": latency,
         "output_tokens_per_s": latency,
     }
 )

@@ -21,8 +21,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from bench.record_cost import CASES, KEY, exchange
 from sseproxy.core import Dialect, FinishCategory, State, StreamTap
 from sseproxy.core.inject import parse_rules
+from sseproxy.core.request import request_facts
 from sseproxy.core.resume import ResumeLink, ResumeVerdict
 from sseproxy.core.sessions.judges import TurnResult, session_spec
+from sseproxy.core.verdict import Fallback
 from sseproxy.observe import log
 from sseproxy.observe.record_schema import SCHEMA_FILE, SCHEMA_VERSION, record_fields, schema
 from sseproxy.observe.redact import REDACTED
@@ -66,6 +68,45 @@ def every_kind() -> Iterator[dict[str, Any]]:
     extra = turn_fields("s1", session_spec("/v1/realtime"), result)
     yield written(records.build_rendered(facts, progress, verdict, extra=extra)[0])
     yield linked()
+    yield round_trip()
+    yield fallback()
+
+
+def round_trip() -> dict[str, Any]:
+    """An MCP 2026-07-28 request answering an `input_required` result: its version and its
+    round trip (schema 1.4)."""
+    facts, progress = exchange("chat_tool_call")
+    body = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x"}}'
+    asked = request_facts("/mcp", "", body, mcp_version="2026-07-28")
+    facts = dataclasses.replace(facts, path="/mcp", asked=asked)
+    progress.tap = StreamTap(Dialect.MCP, request=asked)
+    progress.tap.feed(
+        b'data: {"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete"}}\n\n'
+    )
+    verdict, pacing = records.verdict_of(facts, progress)
+    links = Links(round_trip={"of": "req-0", "number": 2})
+    record, _ = records.build_rendered(facts, progress, verdict, pacing, links)
+    return written(record)
+
+
+def fallback() -> dict[str, Any]:
+    """An Anthropic turn a fallback model served: who wrote the text (schema 1.4)."""
+    facts, progress = exchange("chat_tool_call")
+    verdict, pacing = records.verdict_of(facts, progress)
+    verdict = verdict.replace(model="claude-a", fallback=Fallback(1, "claude-b"))
+    return written(records.build(facts, progress, verdict, pacing))
+
+
+def test_a_fallback_names_the_model_that_wrote_the_text() -> None:
+    record = fallback()
+    assert (record["fallback_hops"], record["text_model"]) == (1, "claude-b")
+    assert record["response_model"] == "claude-a"
+
+
+def test_an_mcp_round_trip_and_version_are_recorded() -> None:
+    record = round_trip()
+    assert record["mcp_protocol_version"] == "2026-07-28"
+    assert record["round_trip"] == {"of": "req-0", "number": 2}
 
 
 def linked() -> dict[str, Any]:

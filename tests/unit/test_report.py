@@ -81,6 +81,7 @@ def test_lines_that_are_not_records_are_counted_never_fatal() -> None:
     )
     assert data["lines"] == {
         "records": 2,
+        "drills": 0,
         "sessions": 0,
         "unparseable": 3,
         "other_events": 1,
@@ -329,6 +330,7 @@ def test_sessions_are_counted_by_how_they_closed_apart_from_the_requests() -> No
     )
     assert data["lines"] == {
         "records": 1,
+        "drills": 0,
         "sessions": 4,
         "unparseable": 0,
         "other_events": 0,
@@ -381,3 +383,138 @@ def test_the_terminal_and_the_page_show_sessions_only_when_there_are_some() -> N
     html = page.render(with_sessions)
     assert "<h2>Sessions</h2>" in html
     assert "&lt;i&gt;" in html and "<i>" not in html
+
+
+# -- drills --------------------------------------------------------------------------------
+
+DRILL_CUT = {"reason": "upstream_closed", "partial_event_bytes": 0}
+
+
+def test_drills_are_counted_apart_from_real_cuts_and_failures() -> None:
+    """A record with `injected` (the proxy's drill faults, as shell/record.py writes them) is a
+    drill: its cut is in `drills`, never in `cuts`, the states, the failure rates or the worst
+    list; a real cut of the same reason is still a real one."""
+    data = summarise(
+        line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=2"]),
+        line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=5"]),
+        line(state="failed", injected=["inject-error=2"], request_id="drill-error"),
+        line(state="completed", injected=["rechunk=1", "delay=1"]),
+        line(state="interrupted", interruption=DRILL_CUT, request_id="real-cut"),
+        line(state="completed"),
+    )
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (2, 4)
+    assert data["cuts"] == [{"reason": "upstream_closed", "requests": 1}]
+    assert data["states"] == {"completed": 1, "interrupted": 1}
+    [row] = data["by_model"]
+    assert (row["requests"], row["failures"]) == (2, 1)
+    assert [w["request_id"] for w in data["worst"]] == ["real-cut", "r"]
+    assert data["drills"] == {
+        "requests": 4,
+        "states": {"interrupted": 2, "completed": 1, "failed": 1},
+        "cuts": [{"reason": "upstream_closed", "requests": 2}],
+        "faults": [
+            {"fault": "cut-after=2", "requests": 1},
+            {"fault": "cut-after=5", "requests": 1},
+            {"fault": "delay=1", "requests": 1},
+            {"fault": "inject-error=2", "requests": 1},
+            {"fault": "rechunk=1", "requests": 1},
+        ],
+    }
+    shown = text.render(data)
+    assert "2 requests and 4 drills (counted apart)" in shown
+    assert "Drills: 4" in shown
+
+
+def test_an_empty_or_malformed_injected_is_no_drill() -> None:
+    data = summarise(line(injected=[]), line(injected="cut-after=1"), line(injected=None))
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (3, 0)
+
+
+def test_the_page_shows_drills_apart_and_charts_with_axes_and_values() -> None:
+    summary = Summary().feed(
+        [
+            line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=2"]),
+            line(ttft_ms=120.0, timestamp="2026-12-01T10:00:00Z"),
+            line(ttft_ms=340.0, timestamp="2026-12-01T10:05:00Z"),
+            line(ttft_ms=340.0, timestamp="2026-12-01T10:05:00Z"),
+        ]
+    )
+    html = page.render(summary)
+    assert "<h2>Drills</h2>" in html and "cut-after=2" in html
+    assert "and 1 drills, counted apart" in html
+    # the timeline: a count axis and a time axis, each with a title and values
+    assert "requests per " in html and "time (UTC, 2026-12-01)" in html
+    assert ">10:00<" in html or ">10:00:00<" in html
+    # the TTFT histogram: its axis in milliseconds, each bar's count written above it
+    assert "time to first token (log scale)" in html
+    assert ">100 ms<" in html and ">1.00 s<" in html
+    assert '<text x="' in html and 'class="value">2</text>' in html
+
+
+def test_a_log_of_drills_only_still_makes_every_rendering() -> None:
+    summary = Summary().feed(
+        [line(state="interrupted", interruption=DRILL_CUT, injected=["cut-after=1"])]
+    )
+    data = report(summary)
+    assert (data["lines"]["records"], data["lines"]["drills"]) == (0, 1)
+    assert "0 requests and 1 drills (counted apart)" in text.render(data)
+    assert "<h2>Drills</h2>" in page.render(summary)
+
+
+# -- clients and agent runs (issue 30) -----------------------------------------------------------
+
+CODEX = {"name": "codex", "version": "0.171.0"}
+CLAUDE = {"name": "claude-code", "version": "2.1.3"}
+
+
+def test_requests_are_counted_per_client_and_per_run() -> None:
+    data = summarise(
+        line(client=CODEX, run_id="run-a", state="interrupted"),
+        line(client=CODEX, run_id="run-a", retry={"of": "r", "linked_by": "same_meaning"}),
+        line(client=CODEX, run_id="run-a", transport="websocket", session_id="s1"),
+        line(client=CLAUDE, run_id="run-b", state="failed"),
+        line(client={"name": "openai-python", "version": "1.99.9"}, run_id=None),
+        line(),  # a record from before 1.4: no client, no run
+        json.dumps(
+            {
+                "event": "session.finished",
+                "timestamp": "2026-12-01T10:00:01Z",
+                "run_id": "run-a",
+                "client": CODEX,
+                "turns": 1,
+            }
+        ).encode(),
+    )
+    assert [
+        (r["client"], r["version"], r["requests"], r["failures"]) for r in data["by_client"]
+    ] == [
+        ("codex", "0.171.0", 3, 1),
+        ("-", "-", 1, 0),
+        ("claude-code", "2.1.3", 1, 1),
+        ("openai-python", "1.99.9", 1, 0),
+    ]
+    assert [
+        (r["run_id"], r["client"], r["requests"], r["failures"], r["retries"], r["sessions"])
+        for r in data["by_run"]
+    ] == [("run-a", "codex 0.171.0", 3, 1, 1, 1), ("run-b", "claude-code 2.1.3", 1, 1, 0, 0)]
+    assert data["by_run"][0]["last"] == "2026-12-01T10:00:01Z"
+    out = text.render(data)
+    assert "By client" in out and "By run" in out and "run-a" in out
+    html = page.render(Summary().feed([line(client=CODEX, run_id="run-a")]))
+    assert "<h2>By run</h2>" in html and "run-a" in html
+
+
+def test_runs_stop_at_the_key_bound_and_the_rest_is_other() -> None:
+    bounds = Bounds(keys=2)
+    at = summarise(*(line(run_id=f"r{i}") for i in range(2)), bounds=bounds)
+    assert {r["run_id"] for r in at["by_run"]} == {"r0", "r1"}
+    beyond = summarise(*(line(run_id=f"r{i}") for i in range(3)), bounds=bounds)
+    assert {r["run_id"] for r in beyond["by_run"]} == {"r0", "r1", OTHER}
+    assert beyond["bounds"]["overflowed"]["runs"] == 1
+
+
+@pytest.mark.parametrize("client", [None, "codex", 7, [], {"name": 7}, {"version": "1"}])
+def test_a_client_of_the_wrong_shape_is_read_as_absent(client: Any) -> None:
+    data = summarise(line(client=client, run_id=["x"]))
+    assert [(r["client"], r["version"]) for r in data["by_client"]] == [("-", "-")]
+    assert data["by_run"] == []

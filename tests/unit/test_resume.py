@@ -205,7 +205,12 @@ def test_a_re_sent_request_after_a_cut_is_a_retry_never_a_resume() -> None:
     ledger.link(ended("q0", text="The answer is 4, because"), now=0.0)
     links = ledger.link(ended("q1", state=State.COMPLETED, text="The answer is 5."), now=1.0)
     assert links.resume is None
-    assert links.retry == {"of": "q0", "regenerated": True, "shared_prefix_chars": 14}
+    assert links.retry == {
+        "of": "q0",
+        "regenerated": True,
+        "shared_prefix_chars": 14,
+        "linked_by": "same_body",
+    }
 
 
 def test_a_request_sent_again_after_a_completed_one_is_no_retry() -> None:

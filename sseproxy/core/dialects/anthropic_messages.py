@@ -13,7 +13,7 @@ import orjson
 from sseproxy.core.dialects.base import Assembler, Outcome, as_int, dig, dumps
 from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
 from sseproxy.core.events import SSEEvent
-from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
+from sseproxy.core.verdict import Dialect, Fallback, FinishCategory, State, Usage
 
 STOP_REASONS = {
     "end_turn": (State.COMPLETED, FinishCategory.STOP),
@@ -29,6 +29,11 @@ SERVER_TOOL_BLOCKS = {"server_tool_use", "mcp_tool_use"}
 # How the block of a delta starts: `take_block` recognises it without building an event.
 DELTA_BLOCK = b"event: content_block_delta\ndata: "
 _DATA = len(DELTA_BLOCK)
+# A model id longer than this is no model id; the record keeps none (the peer writes it).
+MAX_MODEL_CHARS = 256
+# `usage.iterations` entries read for a `fallback_message`: one per sampling iteration of the
+# turn; a list longer than this is no real turn's and the rest is not read.
+MAX_ITERATIONS = 256
 USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",
@@ -50,6 +55,11 @@ class AnthropicMessagesAssembler(Assembler):
         self.blocks: dict[int, str] = {}  # index -> block type
         self.usage_raw: dict[str, Any] = {}
         self.redacted_thinking_blocks = 0
+        # Server-side fallback (betas `server-side-fallback-2026-*`): `fallback` blocks seen,
+        # the last block's `to` model, and the model of a `fallback_message` iteration.
+        self.fallback_hops = 0
+        self.fallback_to: str | None = None
+        self.fallback_served_by: str | None = None
 
     def take_block(self, buf: bytes, start: int, stop: int) -> bool:
         """A delta's block, its JSON parsed from the chunk (no event, no decoded copy)."""
@@ -150,6 +160,15 @@ class AnthropicMessagesAssembler(Assembler):
         elif btype in SERVER_TOOL_BLOCKS:
             name = block.get("name")
             self.server_tool_calls.append(name if isinstance(name, str) else str(btype))
+        elif btype == "fallback":  # one model gives way to the next; no deltas follow
+            self.fallback_hops += 1
+            to = block.get("to")
+            self.fallback_to = _model(to.get("model") if isinstance(to, dict) else None)
+
+    def fallback(self) -> Fallback | None:
+        if not self.fallback_hops and self.fallback_served_by is None:
+            return None
+        return Fallback(self.fallback_hops, self.fallback_served_by or self.fallback_to)
 
     def on_delta(self, obj: dict[str, Any]) -> None:
         index = obj.get("index")
@@ -207,8 +226,14 @@ class AnthropicMessagesAssembler(Assembler):
             output_tokens=output,
             total_tokens=total,
             cached_tokens=as_int(raw.get("cache_read_input_tokens")),
+            cache_write_tokens=as_int(raw.get("cache_creation_input_tokens")),
             raw=dict(raw),
         )
+        iterations = usage.get("iterations")
+        if isinstance(iterations, list):
+            for entry in iterations[:MAX_ITERATIONS]:
+                if isinstance(entry, dict) and entry.get("type") == "fallback_message":
+                    self.fallback_served_by = _model(entry.get("model"))
 
     def on_body(self, body: Any) -> None:
         super().on_body(body)
@@ -272,3 +297,7 @@ SPEC = DialectSpec(
     ),
     otel_provider="anthropic",
 )
+
+
+def _model(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_MODEL_CHARS else None

@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 from sseproxy.core.events import Line, SSEEvent
 from sseproxy.core.jsonvalue import loads
 from sseproxy.core.request import RequestFacts
-from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State, ToolCallSummary, Usage
+from sseproxy.core.verdict import (
+    Dialect,
+    ErrorInfo,
+    Fallback,
+    FinishCategory,
+    State,
+    ToolCallSummary,
+    Usage,
+)
 
 # Assembled text is kept only for tests, `replay --content` and the operator's optional content
 # view; counting never needs it. 4 Mi code points covers any real answer while bounding memory.
@@ -65,6 +73,7 @@ class Assembly:
     response_id: str | None
     model: str | None
     anomalies: Counter[str]
+    fallback: Fallback | None = None
 
 
 class ContentStore:
@@ -314,7 +323,12 @@ class Assembler:
             response_id=self.response_id,
             model=self.model,
             anomalies=anomalies,
+            fallback=self.fallback(),
         )
+
+    def fallback(self) -> Fallback | None:
+        """Another model took over the turn (only Anthropic says so today)."""
+        return None
 
     # -- helpers for the dialects -----------------------------------------------------------
 

@@ -102,6 +102,7 @@ def converse_usage(raw: dict[str, Any]) -> Usage:
         output_tokens=as_int(raw.get("outputTokens")),
         total_tokens=as_int(raw.get("totalTokens")),
         cached_tokens=as_int(raw.get("cacheReadInputTokens")),
+        cache_write_tokens=as_int(raw.get("cacheWriteInputTokens")),
         raw=raw,
     )
 

@@ -7,6 +7,18 @@ priming event a resumable server sends first (it carries only an `id`): not cont
 anomaly. `notifications/cancelled` for the request is `cancelled`; a stream cut before the
 response is `interrupted`, never `cancelled`: the spec says a disconnect is no cancellation,
 so the client leaving does not make it one either (`disconnect_cancels=False`).
+
+The request's protocol version decides the rules (`core/mcp_request.py`). From 2026-07-28 the
+client closing the response stream *is* the cancellation (`cancelled`, the interruption's
+reason `client_disconnected` says who), nothing resumes, a result with `resultType:
+"input_required"` is a pause (`incomplete`, finish reason `input_required`, category `pause`:
+the client calls again with `inputResponses`), and a `subscriptions/listen` stream stays open
+until either side closes it: its close without an answer is its normal end (`completed`,
+`client_closed` or `listen_closed`), never `interrupted` or `no_terminal_signal`. The refusals
+before a stream are named (the codes of 2026-07-28, as the `mcp` SDK's `mcp_types.jsonrpc`
+declares them): `header_mismatch` (400, -32020), `missing_client_capability` (400, -32021) and
+`unsupported_protocol_version` (400, -32022; before 2026-07-28 an error whose `data` lists the
+`supported` versions, as the lifecycle spec's example does, or whose message says so).
 """
 
 from __future__ import annotations
@@ -19,12 +31,23 @@ from sseproxy.core.dialects.rpc import is_mcp
 from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.request import RequestFacts
-from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State
+from sseproxy.core.verdict import ClientClose, Dialect, ErrorInfo, FinishCategory, State
 
 CANCELLED = "notifications/cancelled"
 # The header a server names its session with; a request carries it back (never a secret the
 # way `Authorization` is, so the record names it).
 SESSION_HEADER = "mcp-session-id"
+# A result that asks the client for input before the work goes on (MCP 2026-07-28, SEP-2322).
+INPUT_REQUIRED = "input_required"
+# The finish reason of a `subscriptions/listen` stream the server closed without an answer.
+LISTEN_CLOSED = "listen_closed"
+# 2026-07-28's codes for the refusals before any work (SEP-2243 and the changelog), by name.
+STATELESS_REFUSALS = {
+    -32020: "header_mismatch",  # the `Mcp-*` headers disagree with the body
+    -32021: "missing_client_capability",
+    -32022: "unsupported_protocol_version",
+}
+UNSUPPORTED_VERSION = "unsupported_protocol_version"
 
 
 class McpAssembler(Assembler):
@@ -35,9 +58,15 @@ class McpAssembler(Assembler):
         self.expected: str | int | None = None  # the JSON-RPC id of the request, when known
         self.done = False
         self.cancelled = False
+        self.paused = False  # the result asked for input (`resultType: "input_required"`)
+        self.refused: str | None = None  # a named refusal before the work (see the docstring)
+        self.stateless = False
+        self.listen = False
 
     def expect(self, request: RequestFacts) -> None:
         self.expected = request.rpc_id
+        self.stateless = request.mcp_stateless
+        self.listen = request.mcp_listen
 
     def on_event(self, event: SSEEvent) -> None:
         if not event.data.strip():
@@ -80,9 +109,12 @@ class McpAssembler(Assembler):
         if "error" in message:
             self.last_event = "error"
             self.error = _rpc_error(message["error"])
+            self.refused = _refusal(message["error"], self.stateless)
             return
         self.last_event = "result"
         result = message.get("result")
+        if isinstance(result, dict) and result.get("resultType") == INPUT_REQUIRED:
+            self.paused = True
         content = result.get("content") if isinstance(result, dict) else None
         for position, part in enumerate(content if isinstance(content, list) else ()):
             if isinstance(part, dict) and part.get("type") == "text":
@@ -90,11 +122,15 @@ class McpAssembler(Assembler):
 
     def conclude(self, partial: bool, body_complete: bool) -> Outcome:
         if self.error is not None:
-            return Outcome(State.FAILED, None, FinishCategory.ERROR)
+            return Outcome(State.FAILED, self.refused, FinishCategory.ERROR)
         if self.cancelled:
             return Outcome(State.CANCELLED, CANCELLED, FinishCategory.OTHER)
+        if self.done and self.paused:
+            return Outcome(State.INCOMPLETE, INPUT_REQUIRED, FinishCategory.PAUSE)
         if self.done:
             return Outcome(State.COMPLETED, None, FinishCategory.STOP)
+        if self.listen and body_complete and not partial:
+            return Outcome(State.COMPLETED, LISTEN_CLOSED, FinishCategory.STOP)
         if body_complete and not partial:
             # The server closed the stream before the response: a client reconnects (GET +
             # Last-Event-ID) to get it, so nothing answered here.
@@ -110,6 +146,29 @@ def session_findings(status: int | None, session_id: str | None) -> Counter[str]
     if status == 404 and session_id:
         anomalies["session_expired"] += 1
     return anomalies
+
+
+def _refusal(error: Any, stateless: bool) -> str | None:
+    """The name of a refusal the spec defines, else None."""
+    if not isinstance(error, dict):
+        return None
+    code, message, data = error.get("code"), error.get("message"), error.get("data")
+    text = message.lower() if isinstance(message, str) else ""
+    if stateless and isinstance(code, int) and code in STATELESS_REFUSALS:
+        return STATELESS_REFUSALS[code]
+    if (isinstance(data, dict) and isinstance(data.get("supported"), list)) or (
+        "unsupported protocol version" in text
+    ):
+        return UNSUPPORTED_VERSION
+    return None
+
+
+def client_close(asked: RequestFacts) -> ClientClose:
+    """A listen stream ends when either side closes it; a stateless request is cancelled by
+    its client's close; before 2026-07-28 a disconnect is no cancellation."""
+    if asked.mcp_listen:
+        return ClientClose.ENDS
+    return ClientClose.CANCELS if asked.mcp_stateless else ClientClose.INTERRUPTS
 
 
 def _rpc_error(error: Any) -> ErrorInfo:
@@ -142,5 +201,7 @@ SPEC = DialectSpec(
     selects=is_mcp,  # an MCP method or `MCP-Protocol-Version`; never the response shape
     otel_operation=None,
     disconnect_cancels=False,
-    resumable=lambda asked: True,  # a cut stream resumes with GET + Last-Event-ID
+    client_close=client_close,
+    # Before 2026-07-28 a cut stream resumes with GET + Last-Event-ID; from it, never.
+    resumable=lambda asked: not asked.mcp_stateless,
 )

@@ -28,6 +28,7 @@ def chat_usage(raw: dict[str, Any]) -> Usage:
         total_tokens=as_int(raw.get("total_tokens")),
         reasoning_tokens=as_int(dig(raw, "completion_tokens_details", "reasoning_tokens")),
         cached_tokens=as_int(dig(raw, "prompt_tokens_details", "cached_tokens")),
+        cache_write_tokens=as_int(dig(raw, "prompt_tokens_details", "cache_write_tokens")),
         raw=raw,
     )
 

@@ -78,6 +78,7 @@ def responses_usage(raw: dict[str, Any]) -> Usage:
         total_tokens=as_int(raw.get("total_tokens")),
         reasoning_tokens=as_int(dig(raw, "output_tokens_details", "reasoning_tokens")),
         cached_tokens=as_int(dig(raw, "input_tokens_details", "cached_tokens")),
+        cache_write_tokens=as_int(dig(raw, "input_tokens_details", "cache_write_tokens")),
         raw=raw,
     )
 

@@ -14,7 +14,7 @@ from sseproxy.core.dialects.base import Assembler
 from sseproxy.core.events import Framing, SSEEvent
 from sseproxy.core.eventstream import EventMessage
 from sseproxy.core.request import RequestFacts
-from sseproxy.core.verdict import Dialect
+from sseproxy.core.verdict import ClientClose, Dialect
 
 SSE_MEDIA_TYPE = "text/event-stream"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
@@ -93,10 +93,19 @@ class DialectSpec:
     output_includes_reasoning: bool = True
     # The client leaving before the end is a cancellation (MCP says a disconnect is not one).
     disconnect_cancels: bool = True
+    # When the rule depends on the request (MCP's protocol version and method): it decides, and
+    # `disconnect_cancels` is not read.
+    client_close: Callable[[RequestFacts], ClientClose] | None = None
     # Whether a response to this request can be resumed from an event cursor (SSE `id`,
     # `sequence_number`): the tap then records each event's cursor and hash for the shell's
     # resume ledger (and gives up the shortcut `take_block`, which builds no event).
     resumable: Callable[[RequestFacts], bool] = lambda asked: False
+
+    def on_client_close(self, asked: RequestFacts) -> ClientClose:
+        """What the client leaving before the outcome means for this request."""
+        if self.client_close is not None:
+            return self.client_close(asked)
+        return ClientClose.CANCELS if self.disconnect_cancels else ClientClose.INTERRUPTS
 
     def matches_path(self, path: str) -> bool:
         return (bool(self.path_suffixes) and path.endswith(self.path_suffixes)) or any(

@@ -29,7 +29,7 @@ from multidict import CIMultiDict
 from sseproxy.capture.sessions import SessionCapture
 from sseproxy.capture.store import redact_headers
 from sseproxy.config import Settings
-from sseproxy.core import EndReason
+from sseproxy.core import EndReason, Verdict
 from sseproxy.core.sessions.drills import End, Send, SessionDrill
 from sseproxy.core.sessions.drills import Step as DrillStep
 from sseproxy.core.sessions.judges import (
@@ -40,16 +40,26 @@ from sseproxy.core.sessions.judges import (
     parse_message,
     session_spec,
 )
-from sseproxy.inspector.endpoints import CONTENT_CHARS, shown_headers
+from sseproxy.inspector.endpoints import CONTENT_CHARS, inspected_client, shown_headers
 from sseproxy.inspector.sessions import SessionView
+from sseproxy.observe.clients import client_fields
 from sseproxy.observe.log import json_ready
 from sseproxy.observe.record_schema import SCHEMA_VERSION
 from sseproxy.observe.redact import Secrets
 from sseproxy.shell import record as records
 from sseproxy.shell.admission import Refused, via_entry
 from sseproxy.shell.forward import REQUEST_ID_HEADER
+from sseproxy.shell.ledger import BodyKeys, Ended, Ledger, Links, body_keys
 from sseproxy.shell.sinks import deliver, safecall
-from sseproxy.shell.state import Answerer, Exchange, Progress, ProxyState, Timings, new_request_id
+from sseproxy.shell.state import (
+    Answerer,
+    Exchange,
+    Progress,
+    ProxyState,
+    RequestFacts,
+    Timings,
+    new_request_id,
+)
 from sseproxy.shell.tapping import open_tap, tap_options
 from sseproxy.shell.upstream import (
     HOP_BY_HOP,
@@ -146,6 +156,7 @@ class _Clock:
     started_at: float
     timings: Timings
     span: Span | None = None
+    keys: BodyKeys | None = None  # its opening message's, to link it as a retry (or retried)
 
 
 @dataclass
@@ -174,6 +185,7 @@ class Session:
     view: SessionView | None = None  # the inspector's row, fed one entry per message
     turn_now: int | None = None  # the turn the message just judged belongs to
     leaving: Leaving | None = None  # its way out when the proxy stops
+    ledger: Ledger | None = None  # links a turn sent again, here or over HTTP (shell/ledger.py)
 
     @property
     def turns(self) -> int:
@@ -241,9 +253,14 @@ def sessions_go_away(state: ProxyState, now: bool) -> set[asyncio.Task[Any]]:
 
 
 async def session(
-    request: web.Request, x: Exchange, state: ProxyState, settings: Settings
+    request: web.Request,
+    x: Exchange,
+    state: ProxyState,
+    settings: Settings,
+    ledger: Ledger | None = None,
 ) -> web.StreamResponse:
-    """Relay one WebSocket session; every record is written before this returns."""
+    """Relay one WebSocket session; every record is written before this returns. `ledger`:
+    link a turn sent again (on this connection, another, or over HTTP) to the one it repeats."""
     if not SESSIONS_SUPPORTED:
         raise Refused(
             501,
@@ -292,7 +309,7 @@ async def session(
     spec = session_spec(request.path)
     # text is counted, and kept only for the inspector's content view when asked for
     judge = spec.judge(CONTENT_CHARS if settings.keep_content else 0, request.raw_path)
-    s = Session(spec, judge, facts.start)
+    s = Session(spec, judge, facts.start, ledger=ledger)
     drill = SessionDrill(facts.inject_rules, spec.dialect)
     s.drill = drill if drill.active else None
     route = facts.route.name if facts.route else None
@@ -590,6 +607,7 @@ def _inspected(
             secrets=secrets,
             live=s,
         )
+        view.run_id, view.client = inspected_client(facts.headers)
         state.inspector.session_started(view)
         s.view = view
 
@@ -651,10 +669,60 @@ def _judged(
         safecall(state, "log", lambda: log.exception("session.core_error"))
         return None
     _steps(state, x, s, step, now)
+    if side == "client" and step.opened and s.ledger is not None:
+        _keep_keys(state, x, s, step.opened, data, obj)
     if not isinstance(obj, dict) or not obj:
         return None
     name = obj.get("type")
     return (name if isinstance(name, str) else str(next(iter(obj))))[:MAX_NAME_CHARS]
+
+
+def _keep_keys(
+    state: ProxyState, x: Exchange, s: Session, opened: list[int], data: bytes, obj: Any
+) -> None:
+    """The digests of the message that opened these turns (a `response.create`, `obj` as
+    parsed), for the ledger; a failure costs the link, never the message."""
+    try:
+        keys = body_keys(x.facts.method, x.facts.path, data, websocket=True, parsed=obj)
+    except Exception:
+        safecall(state, "log", lambda: log.exception("session.ledger_error"))
+        return
+    for number in opened:
+        clock = s.clocks.get(number)
+        if clock is not None:
+            clock.keys = keys
+
+
+def _linked(
+    state: ProxyState, s: Session, facts: RequestFacts, clock: _Clock, verdict: Verdict
+) -> Links:
+    """Link a turn to the one it repeats, then keep it for a later retry (HTTP's or another
+    turn's); a failure costs the link, never the record."""
+    if s.ledger is None or clock.keys is None:
+        return Links()
+    ended = Ended(
+        request_id=facts.request_id,
+        started=clock.timings.start,
+        method=facts.method,
+        path=facts.path,
+        headers={},  # a turn resumes nothing
+        body=b"",
+        route=facts.route.name if facts.route else None,
+        session_id=None,
+        state=verdict.state,
+        response_id=verdict.response_id,
+        events=(),
+        delivered=0,
+        retry_ms=None,
+        text=None,
+        websocket=True,
+        keys=clock.keys,
+    )
+    try:
+        return s.ledger.link(ended, time.monotonic())
+    except Exception:
+        safecall(state, "log", lambda: log.exception("session.ledger_error"))
+        return Links()
 
 
 def _steps(state: ProxyState, x: Exchange, s: Session, step: Step, now: float) -> None:
@@ -692,9 +760,14 @@ def _turn_record(state: ProxyState, x: Exchange, s: Session, result: TurnResult)
         clock.timings, status=result.status or 101, span=clock.span, answered_by=Answerer.UPSTREAM
     )
     verdict = result.verdict
+    links = _linked(state, s, facts, clock, verdict)
     try:
         record, rendered = records.build_rendered(
-            facts, progress, verdict, extra=turn_fields(x.facts.request_id, s.spec, result)
+            facts,
+            progress,
+            verdict,
+            links=links,
+            extra=turn_fields(x.facts.request_id, s.spec, result),
         )
     except Exception as exc:
         record, rendered = records.fallback(facts, progress, exc), None
@@ -753,6 +826,7 @@ def _session_record(
         "go_away_s": judge.go_away_s,
         "resumable": judge.resumable,
         "anomalies": dict(sorted(anomalies.items())),
+        **client_fields(x.facts.headers),
     }
     record = json_ready(x.facts.secrets.redact(fields))
     safecall(state, "log", lambda: log.info("session.finished", **record))

@@ -4,6 +4,7 @@ both), every string from the log escaped: it opens offline, and a log cannot inj
 
 from __future__ import annotations
 
+import datetime
 import html
 import math
 from typing import Any
@@ -81,77 +82,195 @@ def _key(states: list[str]) -> str:
     )
 
 
-def timeline_svg(data: dict[str, Any], width: int = 1100, height: int = 180) -> str:
-    """Requests per state per bucket, stacked."""
+def _nice_step(top: float, ticks: int = 5) -> float:
+    """A round step (1, 2 or 5 times a power of ten) that divides 0..top into at most `ticks`."""
+    if top <= 0:
+        return 1.0
+    raw = top / ticks
+    power = 10.0 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if factor * power >= raw:
+            return float(factor * power)
+    return float(10 * power)
+
+
+def _count(n: float) -> str:
+    return f"{n:g}"
+
+
+def _clock(moment: datetime.datetime, span_s: float) -> str:
+    """A tick's time: to the second within a day, with the date beyond."""
+    if span_s < 86400:
+        return moment.strftime("%H:%M:%S") if span_s < 600 else moment.strftime("%H:%M")
+    return moment.strftime("%m-%d %H:%M")
+
+
+def timeline_svg(data: dict[str, Any], width: int = 1100, height: int = 220) -> str:
+    """Requests per state per time bucket, stacked, on a time axis (UTC) with a count axis."""
     buckets = data["timeline"]["buckets"]
     states = data["timeline"]["states"]
     if not buckets:
         return "<p>no timestamps</p>"
+    seconds = data["timeline"]["bucket_seconds"]
+    left, right, top, bottom = 56, 12, 16, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    starts = [datetime.datetime.fromisoformat(b["start"]) for b in buckets]
+    first = starts[0]
+    span = (starts[-1] - first).total_seconds() + float(seconds)
     tallest = max(sum(b["counts"]) for b in buckets) or 1
-    bar = width / len(buckets)
+    step = _nice_step(tallest)
+    y_top = max(step * math.ceil(tallest / step), step)
+
+    def x(moment: datetime.datetime) -> float:
+        return left + (moment - first).total_seconds() / span * plot_w
+
+    def y(n: float) -> float:
+        return top + plot_h - n / y_top * plot_h
+
+    bar = max(seconds / span * plot_w - 1, 0.5)
     parts = []
-    for i, bucket in enumerate(buckets):
-        y = float(height)
+    for i in range(int(y_top / step) + 1):  # the count axis: gridlines and values
+        value = i * step
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(value):.2f}" y2="{y(value):.2f}" '
+            f'stroke="#e5e5e5"/><text x="{left - 6}" y="{y(value) + 4:.2f}" font-size="11" '
+            f'text-anchor="end">{_count(value)}</text>'
+        )
+    for moment, bucket in zip(starts, buckets, strict=True):
+        level = 0.0
         for state, n in zip(states, bucket["counts"], strict=True):
             if not n:
                 continue
-            h = n / tallest * (height - 10)
-            y -= h
             parts.append(
-                f'<rect x="{i * bar:.2f}" y="{y:.2f}" width="{max(bar - 1, 0.5):.2f}" '
-                f'height="{h:.2f}" fill="{COLORS[state]}"><title>{e(bucket["start"])} '
-                f"{e(state)}: {n}</title></rect>"
+                f'<rect x="{x(moment):.2f}" y="{y(level + n):.2f}" width="{bar:.2f}" '
+                f'height="{y(level) - y(level + n):.2f}" fill="{COLORS[state]}">'
+                f"<title>{e(bucket['start'])} {e(state)}: {n}</title></rect>"
             )
-    first, last = e(buckets[0]["start"]), e(buckets[-1]["start"])
-    seconds = data["timeline"]["bucket_seconds"]
+            level += n
+        if len(buckets) <= 60 and bar >= 12:  # the bar's total above it, where it fits
+            parts.append(
+                f'<text x="{x(moment) + bar / 2:.2f}" y="{y(level) - 3:.2f}" font-size="10" '
+                f'text-anchor="middle" class="value">{_count(level)}</text>'
+            )
+    ticks = 6
+    for i in range(ticks + 1):  # the time axis
+        moment = first + datetime.timedelta(seconds=span * i / ticks)
+        tx = left + plot_w * i / ticks
+        anchor = "start" if i == 0 else "end" if i == ticks else "middle"
+        parts.append(
+            f'<line x1="{tx:.2f}" x2="{tx:.2f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
+            f'stroke="#444"/><text x="{tx:.2f}" y="{top + plot_h + 16}" font-size="11" '
+            f'text-anchor="{anchor}">{e(_clock(moment, span))}</text>'
+        )
+    axes = (
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#444"/>'
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
+        'stroke="#444"/>'
+        f'<text x="{left + plot_w / 2}" y="{height - 6}" font-size="12" text-anchor="middle">'
+        f"time (UTC, {e(first.strftime('%Y-%m-%d'))}), one bar per {seconds} s</text>"
+        f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" font-size="12" '
+        f'text-anchor="middle">requests per {seconds} s</text>'
+    )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 20}" '
-        f'role="img" aria-label="requests per state over time">{"".join(parts)}'
-        f'<text x="0" y="{height + 15}" font-size="11">{first}</text>'
-        f'<text x="{width}" y="{height + 15}" font-size="11" text-anchor="end">{last}</text>'
-        f'</svg><p class="lede">one bar per {seconds} s, at most {tallest} requests</p>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="requests per state over time" class="chart">'
+        f"{''.join(parts)}{axes}</svg>"
+        f'<p class="lede">one bar per {seconds} s, at most {tallest} requests in one</p>'
     )
 
 
 def ttft_svg(summary: Summary, models: list[str], width: int = 1100) -> str:
     """A histogram of each model's time to first token on one log-scaled axis (the reservoir's
-    sample: every value while a model has at most `Bounds.reservoir` of them)."""
+    sample: every value while a model has at most `Bounds.reservoir` of them), each bar with
+    its count, each row with its median (a dashed line)."""
     samples = {m: [v for v in summary.latency.rows[m].ttft.values if v > 0] for m in models}
     samples = {m: v for m, v in samples.items() if v}
     if not samples:
         return "<p>no time to first token in these records</p>"
-    low = math.log10(min(min(v) for v in samples.values()))
-    high = math.log10(max(max(v) for v in samples.values()))
-    span = max(high - low, 1e-9)
-    row, label = 46, 230
-    plot = width - label
+    low = math.floor(math.log10(min(min(v) for v in samples.values())))
+    high = math.ceil(math.log10(max(max(v) for v in samples.values())))
+    high = max(high, low + 1)
+    span = float(high - low)
+    row, label, right = 56, 230, 36  # room for the last tick's value
+    plot = width - label - right
+    bin_w = plot / BINS
     parts = []
     for n, (model, values) in enumerate(samples.items()):
         counts = [0] * BINS
         for v in values:
             counts[min(int((math.log10(v) - low) / span * BINS), BINS - 1)] += 1
-        top = max(counts)
+        peak = max(counts)
         y0 = n * row
-        parts.append(f'<text x="0" y="{y0 + row - 14}" font-size="12">{e(model[:32])}</text>')
+        base = y0 + row - 6
+        median = sorted(values)[len(values) // 2]
+        parts.append(
+            f'<text x="0" y="{y0 + row / 2:.2f}" font-size="12">{e(model[:32])}</text>'
+            f'<text x="0" y="{y0 + row / 2 + 14:.2f}" font-size="10" fill="#666">'
+            f"{len(values)} requests, p50 {e(_ms(median))}</text>"
+            f'<line x1="{label}" x2="{label + plot}" y1="{base}" y2="{base}" stroke="#bbb"/>'
+        )
         for b, c in enumerate(counts):
-            if c:
-                h = c / top * (row - 12)
-                parts.append(
-                    f'<rect x="{label + b * plot / BINS:.2f}" y="{y0 + row - 8 - h:.2f}" '
-                    f'width="{plot / BINS - 1:.2f}" height="{h:.2f}" fill="#3a7bd5">'
-                    f"<title>{e(model)}: {c}</title></rect>"
-                )
+            if not c:
+                continue
+            h = c / peak * (row - 24)
+            bx = label + b * bin_w
+            parts.append(
+                f'<rect x="{bx:.2f}" y="{base - h:.2f}" width="{bin_w - 1:.2f}" '
+                f'height="{h:.2f}" fill="#3a7bd5"><title>{e(model)}: {c} requests in '
+                f"{e(_ms(10 ** (low + b * span / BINS)))} .. "
+                f"{e(_ms(10 ** (low + (b + 1) * span / BINS)))}</title></rect>"
+                f'<text x="{bx + bin_w / 2:.2f}" y="{base - h - 2:.2f}" font-size="10" '
+                f'text-anchor="middle" class="value">{c}</text>'
+            )
+        mx = label + (math.log10(median) - low) / span * plot
+        parts.append(
+            f'<line x1="{mx:.2f}" x2="{mx:.2f}" y1="{y0 + 4}" y2="{base}" stroke="#c0392b" '
+            f'stroke-dasharray="3 2"><title>{e(model)}: median {e(_ms(median))}</title></line>'
+        )
     total = len(samples) * row
-    ticks = "".join(
-        f'<text x="{label + (math.log10(t) - low) / span * plot:.2f}" y="{total + 14}" '
-        f'font-size="11" text-anchor="middle">{_ms(t)}</text>'
-        for t in (1, 10, 100, 1000, 10000, 100000)
-        if low <= math.log10(t) <= high
+    ticks = []
+    for power in range(low, high + 1):
+        for factor in (1, 2, 5):
+            value = factor * 10.0**power
+            if not 10.0**low <= value <= 10.0**high:
+                continue
+            tx = label + (math.log10(value) - low) / span * plot
+            ticks.append(
+                f'<line x1="{tx:.2f}" x2="{tx:.2f}" y1="{total}" '
+                f'y2="{total + (5 if factor == 1 else 3)}" stroke="#444"/>'
+                + (
+                    f'<text x="{tx:.2f}" y="{total + 17}" font-size="11" '
+                    f'text-anchor="middle">{_ms(value)}</text>'
+                    if factor == 1 or span <= 2
+                    else ""
+                )
+            )
+    axis = (
+        f'<line x1="{label}" x2="{label + plot}" y1="{total}" y2="{total}" stroke="#444"/>'
+        f'<text x="{label + plot / 2}" y="{total + 36}" font-size="12" text-anchor="middle">'
+        "time to first token (log scale); bar height: requests per bin, the number above it"
+        "</text>"
     )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total + 20}" '
-        f'role="img" aria-label="time to first token per model">{"".join(parts)}{ticks}</svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total + 44}" '
+        f'role="img" aria-label="time to first token per model" class="chart">'
+        f"{''.join(parts)}{''.join(ticks)}{axis}</svg>"
     )
+
+
+def _drills(drills: dict[str, Any]) -> list[str]:
+    """Requests with faults the proxy injected on purpose, apart from the real traffic."""
+    if not drills["requests"]:
+        return []
+    return [
+        "<h2>Drills</h2>",
+        f'<p class="lede">{drills["requests"]} requests with faults the proxy injected on '
+        "purpose (--inject, x-sseproxy-inject): their cuts and errors are the drills', so "
+        "they are in none of the tables above.</p>",
+        _table(["drill state", "requests"], [[k, n] for k, n in drills["states"].items()]),
+        _table(["drill cut", "requests"], [[c["reason"], c["requests"]] for c in drills["cuts"]]),
+        _table(["fault", "requests"], [[f["fault"], f["requests"]] for f in drills["faults"]]),
+    ]
 
 
 def _sessions(sessions: dict[str, Any]) -> list[str]:
@@ -199,6 +318,11 @@ def render(summary: Summary) -> str:
     plotted = [r["model"] for r in data["latency"][:MODELS_PLOTTED]]
     sections = [
         f"<h1>sseproxy report: {total} requests</h1>",
+        *(
+            [f"<p>and {lines['drills']} drills, counted apart (see Drills)</p>"]
+            if lines["drills"]
+            else []
+        ),
         f'<p class="lede">{e(span["first"] or "-")} .. {e(span["last"] or "-")}; '
         f"{lines['unparseable']} unparseable lines, {lines['other_events']} other events, "
         f"{lines['outside_window']} outside the window</p>",
@@ -214,6 +338,30 @@ def render(summary: Summary) -> str:
         _states_rows(data["by_route"], "route", states),
         "<h2>By dialect</h2>",
         _states_rows(data["by_dialect"], "dialect", states),
+        "<h2>By client</h2>",
+        _states_rows(
+            [{**r, "client": f"{r['client']} {r['version']}"} for r in data["by_client"]],
+            "client",
+            states,
+        ),
+        "<h2>By run</h2>",
+        _table(
+            ["run", "client", "requests", "failure rate", "retries", "sessions", "first", "last"],
+            [
+                [
+                    r["run_id"],
+                    r["client"],
+                    r["requests"],
+                    f"{r['failure_rate']:.1%}",
+                    r["retries"],
+                    r["sessions"],
+                    r["first"] or "-",
+                    r["last"] or "-",
+                ]
+                for r in data["by_run"]
+            ],
+            text_columns=2,
+        ),
         "<h2>Latency per model</h2>",
         latency,
         "<h2>Anomalies</h2>",
@@ -222,7 +370,9 @@ def render(summary: Summary) -> str:
             [[a["name"], a["occurrences"], a["requests"]] for a in data["anomalies"]],
         ),
         "<h2>Cuts</h2>",
+        '<p class="lede">real cuts only: a drill\'s cut is under Drills</p>',
         _table(["reason", "requests"], [[c["reason"], c["requests"]] for c in data["cuts"]]),
+        *_drills(data["drills"]),
         *_sessions(data["sessions"]),
         "<h2>Worst requests</h2>",
         _table(

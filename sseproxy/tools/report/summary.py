@@ -2,6 +2,10 @@
 
 Every value in a record is treated as untrusted input: a field of the wrong type is read as
 absent, strings are cut to `MAX_KEY_CHARS`, and each table has a bound on distinct keys.
+
+A drill (a record whose `injected` lists the faults the proxy injected on purpose) is counted
+apart: its cut, error or delay is the drill's, not the upstream's, so it is in none of the
+tables of real traffic (states, failure rates, cuts, latency, worst) but in its own.
 """
 
 from __future__ import annotations
@@ -90,6 +94,27 @@ class StateCounts:
         return sum(n for s, n in self.counts.items() if s in FAILURES)
 
 
+class RunCounts(StateCounts):
+    """One agent run's requests per state (`run_id`), its client, retries and sessions."""
+
+    __slots__ = ("client", "first", "last", "retries", "sessions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = NONE  # the client of its first record
+        self.retries = 0  # records linked as a retry of an earlier one
+        self.sessions = 0  # WebSocket connections (session.finished)
+        self.first: datetime.datetime | None = None
+        self.last: datetime.datetime | None = None
+
+    def seen(self, client: str, moment: datetime.datetime | None) -> None:
+        if self.client == NONE:
+            self.client = client
+        if moment is not None:
+            self.first = moment if self.first is None else min(self.first, moment)
+            self.last = moment if self.last is None else max(self.last, moment)
+
+
 class AnomalyCounts:
     __slots__ = ("occurrences", "requests")
 
@@ -139,6 +164,14 @@ def parse_time(value: Any) -> datetime.datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
+def client_of(record: dict[str, Any]) -> tuple[str, str]:
+    """The record's client as (name, version), `-` for what it left out."""
+    client = record.get("client")
+    if not isinstance(client, dict) or not _text(client.get("name")):
+        return NONE, NONE  # a version without a name names no client
+    return _key(client.get("name")), _key(client.get("version"))
+
+
 def model_of(record: dict[str, Any]) -> str:
     """The model asked for, else the one that answered: the report's and the views' key."""
     return _key(record.get("model") or record.get("response_model"))
@@ -151,7 +184,8 @@ class Summary:
     bounds: Bounds = field(default_factory=Bounds)
     since: datetime.datetime | None = None
     until: datetime.datetime | None = None
-    records: int = 0
+    records: int = 0  # real requests: drills are counted apart
+    drills: int = 0  # requests with faults the proxy injected on purpose
     sessions: int = 0  # session.finished records: a WebSocket connection each
     session_turns: int = 0
     unparseable: int = 0
@@ -180,6 +214,15 @@ class Summary:
             keys, Count, (OTHER, OTHER, OTHER)
         )
         self.session_anomalies: Table[AnomalyCounts] = BoundedTable(keys, AnomalyCounts, OTHER)
+        # drills: by state, by the reason of their cut, by the faults injected
+        self.drill_states: Table[Count] = BoundedTable(keys, Count, OTHER)
+        self.drill_cuts: Table[Count] = BoundedTable(keys, Count, OTHER)
+        self.drill_rules: Table[Count] = BoundedTable(keys, Count, OTHER)
+        # requests by client (name, version), and by the agent run they say they belong to
+        self.clients: BoundedTable[tuple[str, str], StateCounts] = BoundedTable(
+            keys, StateCounts, (OTHER, OTHER)
+        )
+        self.runs: Table[RunCounts] = BoundedTable(keys, RunCounts, OTHER)
 
     def feed(self, lines: Iterable[bytes | TooLong]) -> Summary:
         for line in lines:
@@ -228,10 +271,18 @@ class Summary:
         )
         self.session_closes.row(key).n += 1
         _add_anomalies(self.session_anomalies, record.get("anomalies"))
+        run_id = _text(record.get("run_id"))
+        if run_id:
+            run = self.runs.row(run_id)
+            run.sessions += 1
+            run.seen(" ".join(client_of(record)), parse_time(record.get("timestamp")))
 
     def record(self, record: dict[str, Any]) -> None:
         moment = parse_time(record.get("timestamp"))
         if self._outside(moment):
+            return
+        if is_drill(record):
+            self.drill(record)
             return
         self.records += 1
         state = state_of(record)
@@ -244,6 +295,15 @@ class Summary:
         self.dialects.row(_key(record.get("dialect"))).add(state)
         self.models.row(model).add(state)
         self.model_routes.row((model, route)).add(state)
+        client = client_of(record)
+        self.clients.row(client).add(state)
+        run_id = _text(record.get("run_id"))
+        if run_id:
+            run = self.runs.row(run_id)
+            run.add(state)
+            run.seen(" ".join(client), moment)
+            if isinstance(record.get("retry"), dict):
+                run.retries += 1
         _add_anomalies(self.anomalies, record.get("anomalies"))
         interruption = record.get("interruption")
         if isinstance(interruption, dict):
@@ -262,6 +322,22 @@ class Summary:
             self.timeline.add(moment.timestamp(), index)
         rank = (float(SEVERITY.get(state, 0)), duration or 0.0)
         self.worst.offer(rank, lambda: worst_of(record, state, model, route, duration))
+
+    def drill(self, record: dict[str, Any]) -> None:
+        """A request the proxy injected faults into on purpose: counted apart."""
+        self.drills += 1
+        self.drill_states.row(state_of(record)).n += 1
+        interruption = record.get("interruption")
+        if isinstance(interruption, dict):
+            self.drill_cuts.row(_key(interruption.get("reason"))).n += 1
+        for rule in record["injected"][: self.bounds.keys]:
+            self.drill_rules.row(_key(rule)).n += 1
+
+
+def is_drill(record: dict[str, Any]) -> bool:
+    """The record lists faults the proxy injected (`--inject`, `x-sseproxy-inject`)."""
+    injected = record.get("injected")
+    return isinstance(injected, list) and len(injected) > 0
 
 
 def state_of(record: dict[str, Any]) -> str:

@@ -9,7 +9,9 @@ from typing import Any
 from sseproxy.tools.report.bounded import Reservoir
 from sseproxy.tools.report.summary import STATES, TIMELINE_STATES, StateCounts, Summary
 
-REPORT_VERSION = 1  # of this JSON's shape
+# Of this JSON's shape. 2: drills (records with `injected`) are counted apart, in `drills`
+# and `lines.drills`, and are in none of the other tables (`lines.records` excludes them).
+REPORT_VERSION = 2
 
 
 def _iso(moment: datetime.datetime | None) -> str | None:
@@ -57,6 +59,25 @@ def report(summary: Summary) -> dict[str, Any]:
         (_row({"model": m, "route": r}, v) for (m, r), v in summary.model_routes.items()),
         key=lambda r: (-r["requests"], r["model"], r["route"]),
     )
+    clients = sorted(
+        (_row({"client": c, "version": v}, n) for (c, v), n in summary.clients.items()),
+        key=lambda r: (-r["requests"], r["client"], r["version"]),
+    )
+    runs = sorted(
+        (
+            {
+                "run_id": k,
+                "client": v.client,
+                **_row({}, v),
+                "retries": v.retries,
+                "sessions": v.sessions,
+                "first": _iso(v.first),
+                "last": _iso(v.last),
+            }
+            for k, v in summary.runs.items()
+        ),
+        key=lambda r: (-r["requests"], r["run_id"]),
+    )
     anomalies: list[dict[str, Any]] = [
         {"name": k, "occurrences": v.occurrences, "requests": v.requests}
         for k, v in summary.anomalies.items()
@@ -73,6 +94,7 @@ def report(summary: Summary) -> dict[str, Any]:
         "report_version": REPORT_VERSION,
         "lines": {
             "records": summary.records,
+            "drills": summary.drills,
             "sessions": summary.sessions,
             "unparseable": summary.unparseable,
             "other_events": summary.other_events,
@@ -88,6 +110,8 @@ def report(summary: Summary) -> dict[str, Any]:
         "by_dialect": by(summary.dialects, "dialect"),
         "by_model": by(summary.models, "model"),
         "by_model_route": model_routes,
+        "by_client": clients,
+        "by_run": runs,
         "anomalies": anomalies,
         "cuts": sorted(
             ({"reason": k, "requests": v.n} for k, v in summary.cuts.items()),
@@ -121,6 +145,7 @@ def report(summary: Summary) -> dict[str, Any]:
             ],
         },
         "sessions": _sessions(summary),
+        "drills": _drills(summary),
         "bounds": {
             "keys": summary.bounds.keys,
             "reservoir": summary.bounds.reservoir,
@@ -139,6 +164,11 @@ def report(summary: Summary) -> dict[str, Any]:
                     ("latency", summary.latency),
                     ("session_closes", summary.session_closes),
                     ("session_anomalies", summary.session_anomalies),
+                    ("drill_states", summary.drill_states),
+                    ("drill_cuts", summary.drill_cuts),
+                    ("drill_rules", summary.drill_rules),
+                    ("clients", summary.clients),
+                    ("runs", summary.runs),
                 )
                 if table.overflowed
             },
@@ -163,4 +193,22 @@ def _sessions(summary: Summary) -> dict[str, Any]:
         "turns": summary.session_turns,
         "by_close": closes,
         "anomalies": anomalies,
+    }
+
+
+def _drills(summary: Summary) -> dict[str, Any]:
+    """Requests with faults the proxy injected on purpose, apart from the real ones."""
+
+    def counted(table: Any, name: str) -> list[dict[str, Any]]:
+        rows = [{name: k, "requests": v.n} for k, v in table.items()]
+        return sorted(rows, key=lambda r: (-r["requests"], r[name]))
+
+    return {
+        "requests": summary.drills,
+        "states": {
+            k: v.n
+            for k, v in sorted(summary.drill_states.items(), key=lambda kv: (-kv[1].n, kv[0]))
+        },
+        "cuts": counted(summary.drill_cuts, "reason"),
+        "faults": counted(summary.drill_rules, "fault"),
     }

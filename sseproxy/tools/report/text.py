@@ -50,13 +50,41 @@ def _states_table(
     return [title, *_table([name, "requests", "fail%", *states], body), *more, ""]
 
 
+def _clients_table(rows: list[dict[str, Any]], states: list[str]) -> list[str]:
+    named = [{**r, "client": f"{r['client']} {r['version']}"} for r in rows]
+    return _states_table("By client", "client", named, states)
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The agent runs the clients named (Codex's session-id, Claude Code's session header)."""
+    if not rows:
+        return []
+    body = [
+        [
+            one_line(r["run_id"]),
+            one_line(r["client"]),
+            str(r["requests"]),
+            f"{r['failure_rate']:.1%}",
+            str(r["retries"]),
+            str(r["sessions"]),
+            one_line(r["first"] or "-")[:19],
+        ]
+        for r in rows[:TOP]
+    ]
+    head = ["run", "client", "requests", "fail%", "retries", "sessions", "first"]
+    more = [f"  ... {len(rows) - TOP} more"] if len(rows) > TOP else []
+    return ["By run", *_table(head, body, 2), *more, ""]
+
+
 def render(data: dict[str, Any]) -> str:
     lines = data["lines"]
     span = data["span"]
     states = list(data["states"])
     total = lines["records"]
     out = [
-        f"{total} requests, {span['first'] or '-'} .. {span['last'] or '-'}"
+        f"{total} requests"
+        + (f" and {lines['drills']} drills (counted apart)" if lines["drills"] else "")
+        + f", {span['first'] or '-'} .. {span['last'] or '-'}"
         f" ({lines['unparseable']} unparseable lines, {lines['other_events']} other events"
         + (f", {lines['outside_window']} outside the window" if lines["outside_window"] else "")
         + ")",
@@ -68,6 +96,8 @@ def render(data: dict[str, Any]) -> str:
     out += _states_table("By model", "model", data["by_model"], states)
     out += _states_table("By route", "route", data["by_route"], states)
     out += _states_table("By dialect", "dialect", data["by_dialect"], states)
+    out += _clients_table(data["by_client"], states)
+    out += _runs_table(data["by_run"])
     if data["latency"]:
         rows = [
             [
@@ -89,6 +119,7 @@ def render(data: dict[str, Any]) -> str:
     if data["cuts"]:
         rows = [[one_line(c["reason"]), str(c["requests"])] for c in data["cuts"][:TOP]]
         out += ["Cuts", *_table(["reason", "requests"], rows), ""]
+    out += _drills(data["drills"])
     sessions = data["sessions"]
     if sessions["count"]:
         rows = [
@@ -131,3 +162,18 @@ def render(data: dict[str, Any]) -> str:
             + " (the rest counted as (other))",
         ]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _drills(drills: dict[str, Any]) -> list[str]:
+    """Requests with injected faults: their states, cuts and faults, apart from real ones."""
+    if not drills["requests"]:
+        return []
+    states = "  ".join(f"{one_line(s)} {n}" for s, n in drills["states"].items())
+    out = [f"Drills: {drills['requests']} (faults injected by the proxy; not in the tables above)"]
+    out.append(f"  {states}")
+    if drills["cuts"]:
+        rows = [[one_line(c["reason"]), str(c["requests"])] for c in drills["cuts"][:TOP]]
+        out += _table(["drill cut", "requests"], rows)
+    rows = [[one_line(f["fault"]), str(f["requests"])] for f in drills["faults"][:TOP]]
+    out += [*_table(["fault", "requests"], rows), ""]
+    return out
