@@ -127,6 +127,16 @@ def test_a_stream_closed_before_interaction_completed_is_interrupted() -> None:
     assert v.state is State.INTERRUPTED and v.anomalies.get("no_terminal_signal") == 1
 
 
+def test_a_final_status_update_without_interaction_completed() -> None:
+    """google-genai ends its stream without an error after a final status: the outcome stands
+    on a clean end (named `missing_done`); cut, the stream is `interrupted`."""
+    data = created() + text_step(0, "Hello") + status("failed")
+    v = verdict_of(data, GI)
+    assert (v.state, v.finish_reason, v.anomalies) == (State.FAILED, "failed", {"missing_done": 1})
+    cut = verdict_of(data, GI, EndReason.UPSTREAM_RESET, http_complete=False)
+    assert cut.state is State.INTERRUPTED
+
+
 def test_a_cut_after_the_end_keeps_the_outcome_for_a_client_that_left() -> None:
     v = verdict_of(run("completed"), GI, EndReason.CLIENT_DISCONNECTED, http_complete=None)
     assert v.state is State.COMPLETED

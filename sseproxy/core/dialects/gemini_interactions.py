@@ -201,7 +201,12 @@ class GeminiInteractionsAssembler(Assembler):
         status = self.status
         if self.error is not None:
             return Outcome(State.FAILED, status if status in ENDS else None, FinishCategory.ERROR)
-        if not self.completed:
+        if not self.completed and status in ENDS:
+            # A final `interaction.status_update` decided it; google-genai ends the stream there
+            # without an error, so a clean end without `interaction.completed` stands (named).
+            if body_complete and not partial:
+                self.anomalies["missing_done"] += 1
+        elif not self.completed:
             if body_complete and not partial:
                 self.anomalies["no_terminal_signal"] += 1
             return Outcome(State.INTERRUPTED, None, None)
@@ -219,13 +224,20 @@ def _injected_error(sequence_number: int) -> bytes:
 
 
 def _is_end(event: SSEEvent | None, raw: bytes) -> bool:
+    """What `drop-terminal` removes: the end marker and a final status (either decides)."""
     if event is None:
         return False
     try:
         obj = loads(event.data)
     except ValueError:
         return False
-    return isinstance(obj, dict) and obj.get("event_type") in (COMPLETED, ERROR)
+    if not isinstance(obj, dict):
+        return False
+    status = obj.get("status")
+    final = obj.get("event_type") == "interaction.status_update" and (
+        isinstance(status, str) and status in ENDS
+    )
+    return final or obj.get("event_type") in (COMPLETED, ERROR)
 
 
 SPEC = DialectSpec(
