@@ -225,6 +225,13 @@ def test_a_whole_json_body_answering_message_send() -> None:
     assert (v.state, v.finish_reason) == (State.COMPLETED, "completed")
 
 
+def test_a_running_task_answered_whole_is_an_answer_not_a_break() -> None:
+    """`SendMessage` with `returnImmediately`, or `GetTask`: one JSON-RPC body, task working."""
+    body = {"result": {"task": {"id": TASK, "status": {"state": "TASK_STATE_WORKING"}}}}
+    v = verdict_of(json.dumps({**body, "id": 1, "jsonrpc": "2.0"}).encode(), A2A, bytewise=False)
+    assert (v.state, v.finish_reason, v.anomalies) == (State.COMPLETED, "working", {})
+
+
 # -- detection -------------------------------------------------------------------------------
 
 

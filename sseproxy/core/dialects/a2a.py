@@ -87,6 +87,7 @@ class A2AAssembler(Assembler):
         self.ended: str | None = None  # the state (or `message`) that ended the stream
         self.final = False  # a 0.x status update said `final: true`
         self.streamed: set[Any] = set()  # artifact ids seen in updates (a snapshot repeats them)
+        self.whole = False  # one JSON-RPC response, not a stream (`message/send`, `tasks/get`)
 
     def on_event(self, event: SSEEvent) -> None:
         if not event.data.strip():
@@ -101,6 +102,7 @@ class A2AAssembler(Assembler):
     def on_body(self, body: Any) -> None:
         """A whole JSON-RPC response (`message/send`, `tasks/get`), or an error body."""
         if isinstance(body, dict) and "jsonrpc" in body:
+            self.whole = True
             self.on_message(body)
         else:
             super().on_body(body)
@@ -186,6 +188,10 @@ class A2AAssembler(Assembler):
         if self.ended is not None:
             state, category = ENDS[self.ended]
             return Outcome(state, self.ended, category)
+        if self.whole and self.state is not None:
+            # A task still running, answered whole (`returnImmediately`, `tasks/get`): the call
+            # is answered; the client polls or subscribes for the rest.
+            return Outcome(State.COMPLETED, self.state, FinishCategory.OTHER)
         if self.final:  # `final: true` on a running state: the server said nothing more comes
             if body_complete:
                 self.anomalies["no_terminal_signal"] += 1
