@@ -50,6 +50,7 @@ ANOMALIES: frozenset[str] = frozenset(
         "conflicting_tool_call_id",
         "conflicting_tool_call_name",
         "too_many_tool_calls",
+        "tool_call_type_missing",
         "tool_input_error",
         "tool_output_error",
         # Framing and decoding.

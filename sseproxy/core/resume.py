@@ -41,6 +41,9 @@ MAX_MISSING_LISTED = 32
 DIGEST_BYTES = 8
 SEARCHED_BYTES = 256
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d{1,18})')
+# The cursor Gemini Interactions writes in each event's data (no SSE `id:`), which a resume
+# names as `last_event_id`.
+_EVENT_ID = re.compile(rb'"event_id"\s*:\s*"([^"\\]{1,256})"')
 
 
 class LedgerEvent(NamedTuple):
@@ -87,6 +90,17 @@ def sequence_number(raw: bytes) -> re.Match[bytes] | None:
     )
 
 
+def data_event_id(raw: bytes) -> str | None:
+    """The top-level `event_id` string of an event's data (Gemini Interactions), searched at
+    the ends as `sequence_number` is; None when there is none."""
+    if raw[:1] != b"{":
+        return None
+    found = _EVENT_ID.search(raw, 0, SEARCHED_BYTES) or _EVENT_ID.search(
+        raw, max(0, len(raw) - SEARCHED_BYTES)
+    )
+    return found.group(1).decode("utf-8", "replace") if found else None
+
+
 class EventRecorder:
     """The last `cap` events of one stream as `LedgerEvent`s (memory bounded by `cap`)."""
 
@@ -107,10 +121,13 @@ class EventRecorder:
         event_id = event.id
         if event_id != self._id:
             self._id, self._key = event_id, cursor_key(event_id) if event_id else None
+        key = self._key
+        if key is None and (in_data := data_event_id(event.raw)) is not None:
+            key = cursor_key(in_data)
         self.events.append(
             LedgerEvent(
                 self.seen,
-                self._key,
+                key,
                 int(found.group(1)) if found else None,
                 digest(event.raw),
             )

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from sseproxy.core.dialects import (
     Assembler,
+    by_request,
     fallback,
     new_assembler,
     sniff,
@@ -180,6 +181,7 @@ class StreamTap:
     ) -> None:
         self.options = options or TapOptions()
         self.request = request or RequestFacts()
+        dialect = dialect or by_request(self.request)  # a JSON-RPC method says which protocol
         self.dialect = dialect
         self.assembler: Assembler | None = (
             new_assembler(dialect, self.options.content_chars) if dialect else None

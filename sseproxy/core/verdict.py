@@ -22,6 +22,9 @@ class Dialect(StrEnum):
     BEDROCK_INVOKE = "bedrock-invoke"
     COHERE_CHAT = "cohere-chat"
     MCP = "mcp"
+    A2A = "a2a"
+    GEMINI_INTERACTIONS = "gemini-interactions"
+    AG_UI = "ag-ui"
 
 
 class State(StrEnum):
@@ -100,7 +103,8 @@ class ToolCallSummary:
     id: str | None
     name: str | None
     arguments_bytes: int
-    arguments_valid_json: bool
+    # None: not checked (free-text input, or a call that never completed).
+    arguments_valid_json: bool | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -317,7 +317,7 @@ def begin(
     dialect: Dialect | None = facts.route.dialect if facts.route else None
     if settings.dialect != "auto":
         dialect = Dialect(settings.dialect)
-    dialect = dialect or detect(request.method, request.path, upstream.headers)
+    dialect = dialect or detect(request.method, request.path, upstream.headers, facts.asked)
     p.content_type = upstream.headers.get("Content-Type")
     p.stream = framing_for(p.content_type) in STREAM_FRAMINGS
     p.tap = open_tap(

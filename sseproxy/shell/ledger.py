@@ -1,8 +1,9 @@
 """The resume ledger: what the proxy keeps of each stream after it ends, to link the request
 that resumes or re-sends it.
 
-A resume names a cursor: OpenAI Responses `GET /responses/{id}?starting_after=N`, or SSE's
-`Last-Event-ID` (MCP adds `MCP-Session-Id`). It is judged against the original's events by
+A resume names a cursor: OpenAI Responses `GET /responses/{id}?starting_after=N`, Gemini
+Interactions `GET /interactions/{id}?last_event_id=X` (the `event_id` each event's data carries),
+or SSE's `Last-Event-ID` (MCP adds `MCP-Session-Id`). It is judged against the original's events by
 `core.resume.link_resume`. A `Last-Event-ID` is linked only to a stream of the same route and
 the same target (the raw path and query as the client sent them, which with the route decide
 what was forwarded), never by its cursor alone: counters like `100` repeat across streams.
@@ -64,6 +65,8 @@ MAX_PREFIX_CHARS = 16 * 1024
 # States after which a re-sent request is a retry: the first answer was cut, or failed.
 RETRIED_STATES = frozenset({State.INTERRUPTED, State.CANCELLED, State.FAILED, State.HTTP_ERROR})
 RESPONSES_SEGMENT = "/responses/"
+# Gemini Interactions: `GET …/interactions/{id}?stream=true&last_event_id=…` resumes a stream.
+INTERACTIONS_SEGMENT = "/interactions/"
 # The finish reason of an MCP result that asks the client for input (a round trip follows).
 INPUT_REQUIRED = "input_required"
 # Request bodies hashed to recognise a retry; a larger one is never linked as one (hashing
@@ -235,6 +238,11 @@ def resumption(method: str, path: str, headers: Mapping[str, str]) -> Resumption
         response_id = path.rsplit("/", 1)[-1]
         if after and after[0].isdigit() and response_id:
             return Resumption(after[0], by_sequence, response_id)
+    if method == "GET" and INTERACTIONS_SEGMENT in path:
+        last = parse_qs(query).get("last_event_id")
+        interaction_id = path.rsplit("/", 1)[-1]
+        if last and last[0] and interaction_id:
+            return Resumption(cursor_key(last[0]), by_event_id, interaction_id)
     last_id = headers.get("Last-Event-ID")
     if last_id:
         return Resumption(cursor_key(last_id), by_event_id)

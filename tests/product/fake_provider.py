@@ -4,7 +4,8 @@ event streams and WebSocket sessions alike, so the installed proxy can sit in fr
 What it does is chosen by the model name the client asks for: `<scenario>-<anything>`, with
 `ok` (a whole recorded stream), `cut` (closes the connection mid-stream), `hold` (sends a few
 events, then keeps the stream or session open until the peer goes), `overloaded` (Anthropic:
-an in-band error after HTTP 200). The model name also tells each test's records apart: every
+an in-band error after HTTP 200), `failed` (Gemini Interactions: the interaction ends
+`failed`). The model name also tells each test's records apart: every
 test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
 of a session, whichever loop each test runs on."""
 
@@ -46,6 +47,31 @@ def events_of(body: bytes) -> list[bytes]:
     sep = b"\r\n\r\n" if b"\r\n\r\n" in body else b"\n\n"
     parts = body.split(sep)
     return [p + sep for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def interaction_events(model: str, status: str) -> bytes:
+    """A streamed Gemini interaction, written from google-genai's own event models (3.6): two
+    text deltas, then `interaction.completed` with `status` and no outputs (as the API sends)."""
+    from google.genai import interactions as t
+
+    interaction = {"id": "v1_fake", "status": "in_progress", "model": model}
+    step = {"type": "model_output", "content": []}
+    events = [
+        t.InteractionCreatedEvent(interaction=interaction, event_id="e1"),
+        t.StepStart(index=0, step=step, event_id="e2"),
+        t.StepDelta(index=0, delta={"type": "text", "text": "Hello"}, event_id="e3"),
+        t.StepDelta(index=0, delta={"type": "text", "text": ", world"}, event_id="e4"),
+        t.StepStop(index=0, event_id="e5"),
+        t.InteractionStatusUpdate(interaction_id="v1_fake", status=status, event_id="e6"),
+        t.InteractionCompletedEvent(
+            interaction={**interaction, "status": status, "steps": []}, event_id="e7"
+        ),
+    ]
+    out = b""
+    for event in events:
+        obj = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        out += f"event: {obj['event_type']}\ndata: {json.dumps(obj)}\n\n".encode()
+    return out
 
 
 def anthropic_overloaded() -> bytes:
@@ -174,6 +200,11 @@ class FakeProvider:
             return await self.stream(request, data, cut=kind == "cut")
         if ":streamGenerateContent" in path:
             return await self.stream(request, corpus(GEMINI_BODY), cut=kind == "cut")
+        if path.endswith("/interactions"):
+            status = "failed" if kind == "failed" else "completed"
+            return await self.stream(
+                request, interaction_events(model or "", status), kind == "cut"
+            )
         return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
 
     async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:

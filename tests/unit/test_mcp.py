@@ -113,7 +113,14 @@ def test_the_retry_field_is_recorded() -> None:
 def test_detection_by_path_header_and_sniffing() -> None:
     assert detect("POST", "/mcp") is MCP
     assert detect("POST", "/x", {"Mcp-Session-Id": "abc"}) is MCP
-    assert sniff_body({"jsonrpc": "2.0", "id": 1, "result": {}}) is MCP
+    # Issue 31: a JSON-RPC response alone is no longer MCP (A2A speaks JSON-RPC too); the
+    # request's method or its `MCP-Protocol-Version` header claims the stream.
+    assert sniff_body({"jsonrpc": "2.0", "id": 1, "result": {}}) is None
+    assert detect("POST", "/", {}, ASKED) is MCP  # tools/call
+    versioned = request_facts("/", "", b"{}", mcp_version="2025-06-18")
+    assert detect("POST", "/", {}, versioned) is MCP
+    other = request_facts("/", "", b'{"jsonrpc": "2.0", "id": 1, "method": "x/y"}')
+    assert detect("POST", "/", {}, other) is None
     assert detect("POST", "/v1/chat/completions") is Dialect.OPENAI_CHAT
 
 

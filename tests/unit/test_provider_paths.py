@@ -43,6 +43,9 @@ from tests.streams import sse, verdict_of
             Dialect.BEDROCK_INVOKE,
         ),
         ("/v2/chat", Dialect.COHERE_CHAT),
+        ("/v1beta/interactions", Dialect.GEMINI_INTERACTIONS),
+        ("/v1/interactions/v1_abc?stream=true&last_event_id=e3", Dialect.GEMINI_INTERACTIONS),
+        ("/v1/message:stream", Dialect.A2A),
     ],
 )
 def test_provider_paths_are_detected(path: str, dialect: Dialect) -> None:
@@ -58,6 +61,17 @@ def test_provider_paths_are_detected(path: str, dialect: Dialect) -> None:
             "https://bedrock-runtime.us-east-1.amazonaws.com/model/m/converse-stream",
         ),
         ("/cohere/v2/chat", "cohere", "https://api.cohere.com/v2/chat"),
+        # google-genai's interactions client on a custom base_url (it says /v1, not /v1beta)
+        (
+            "/v1/interactions",
+            "gemini",
+            "https://generativelanguage.googleapis.com/v1/interactions",
+        ),
+        (
+            "/v1/interactions/v1_abc",
+            "gemini",
+            "https://generativelanguage.googleapis.com/v1/interactions/v1_abc",
+        ),
         ("/together/chat/completions", "together", "https://api.together.xyz/v1/chat/completions"),
         (
             "/fireworks/chat/completions",

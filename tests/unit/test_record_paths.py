@@ -222,7 +222,8 @@ class OldMetrics(Metrics):
             self.impossible.labels("bytes").inc()
         if verdict.usage is not None:
             try:
-                kinds = token_kinds(verdict.usage, dialect != "gemini")
+                # Gemini's APIs report thought tokens beside the output, not inside it.
+                kinds = token_kinds(verdict.usage, dialect not in ("gemini", "gemini-interactions"))
             except ValueError:
                 self.impossible.labels("tokens").inc()
             else:

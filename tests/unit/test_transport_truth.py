@@ -159,8 +159,64 @@ MCP = Case(
     sse({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "Hi"}]}}),
     "completed",
 )
+# Issue 31's dialects, in the shapes their SDKs write (see test_a2a.py, test_ag_ui.py and
+# test_gemini_interactions.py for the sources).
+A2A_TASK = {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_SUBMITTED"}}
+
+
+def a2a(result: dict[str, Any]) -> dict[str, Any]:
+    return {"result": result, "id": 1, "jsonrpc": "2.0"}
+
+
+def a2a_status(state: str) -> dict[str, Any]:
+    update = {"taskId": "t1", "contextId": "c1", "status": {"state": state}}
+    return a2a({"statusUpdate": update})
+
+
+A2A = Case(
+    Dialect.A2A,
+    sse(
+        a2a({"task": A2A_TASK}),
+        a2a_status("TASK_STATE_WORKING"),
+        a2a({"artifactUpdate": {"taskId": "t1", "artifact": {"parts": [{"text": "Hi"}]}}}),
+    ),
+    sse(a2a_status("TASK_STATE_COMPLETED")),
+    "completed",
+    "completed",
+)
+GEMINI_INTERACTIONS = Case(
+    Dialect.GEMINI_INTERACTIONS,
+    sse(
+        ("interaction.created", {"event_type": "interaction.created", "interaction": {"id": "i"}}),
+        (
+            "step.delta",
+            {"event_type": "step.delta", "index": 0, "delta": {"type": "text", "text": "Hi"}},
+        ),
+    ),
+    sse(
+        (
+            "interaction.completed",
+            {
+                "event_type": "interaction.completed",
+                "interaction": {"id": "i", "status": "completed"},
+            },
+        )
+    ),
+    "completed",
+    "completed",
+)
+AG_UI = Case(
+    Dialect.AG_UI,
+    sse(
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "Hi"},
+    ),
+    sse({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+    "completed",
+    "success",
+)
 CASES = [CHAT, RESPONSES, ANTHROPIC, GEMINI, VERCEL, OLLAMA, PLAIN]
-CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE, MCP]
+CASES += [BEDROCK_CONVERSE, BEDROCK_INVOKE, COHERE, MCP, A2A, GEMINI_INTERACTIONS, AG_UI]
 WITH_MARKER = [c for c in CASES if c.marker]
 
 

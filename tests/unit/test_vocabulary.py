@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from sseproxy.core import Dialect, EndReason
-from sseproxy.core.dialects import bedrock_converse, cohere, gemini, openai_chat
+from sseproxy.core.dialects import (
+    a2a,
+    ag_ui,
+    bedrock_converse,
+    cohere,
+    gemini,
+    gemini_interactions,
+    openai_chat,
+)
 from tests.streams import sse, verdict_of
 
 
@@ -228,3 +236,51 @@ def test_every_incomplete_reason_of_a_websocket_response_has_its_category() -> N
     # max_messages: a limit the response does not say more of, `other` on purpose
     assert reasons - set(openai_responses.INCOMPLETE_CATEGORY) == {"max_messages"}
     assert openai_responses.INCOMPLETE_CATEGORY["steered"] == "pause"
+
+
+# -- A2A (a2a-sdk 1.3: v1.0 protobuf types and the 0.3 compat models) ---------------------------
+
+
+def test_every_a2a_task_state_and_stream_member_is_known() -> None:
+    pb = pytest.importorskip("a2a.types.a2a_pb2")
+    v03 = pytest.importorskip("a2a.compat.v0_3.types")
+    values = pb.TaskState.DESCRIPTOR.values
+    names = {a2a.state_name(v.name) for v in values if v.name != "TASK_STATE_UNSPECIFIED"}
+    assert names == set(a2a.ENDS) | a2a.RUNNING
+    assert {s.value for s in v03.TaskState} - {"unknown"} == set(a2a.ENDS) | a2a.RUNNING
+    fields = {f.json_name for f in pb.StreamResponse.DESCRIPTOR.fields}
+    assert fields == set(a2a.MEMBERS) - {"msg"}
+    kinds = set()
+    for model in (v03.Task, v03.Message, v03.TaskStatusUpdateEvent, v03.TaskArtifactUpdateEvent):
+        kinds |= literals(model.model_fields["kind"].annotation)
+    assert kinds == set(a2a.KINDS)
+
+
+# -- Gemini Interactions (google-genai 3.6: the interactions SSE event and delta unions) --------
+
+
+def test_every_interactions_event_delta_and_status_is_known() -> None:
+    events = pytest.importorskip("google.genai._gaos.types.interactions.interactionsseevent")
+    deltas = pytest.importorskip("google.genai._gaos.types.interactions.stepdeltadata")
+    status = pytest.importorskip("google.genai._gaos.types.interactions.interactionstatusupdate")
+    assert set(events._INTERACTION_SSE_EVENT_VARIANTS) == gemini_interactions.EVENTS
+    handled = {"text", "thought_summary", "arguments_delta"}
+    assert set(deltas._STEP_DELTA_DATA_VARIANTS) == gemini_interactions.QUIET_DELTAS | handled
+    statuses = literals(status.InteractionStatusUpdateStatus)
+    assert statuses == set(gemini_interactions.ENDS) | gemini_interactions.RUNNING
+
+
+# -- AG-UI (ag-ui-protocol 1.0: EventType and the run outcomes) ---------------------------------
+
+
+def test_every_ag_ui_event_type_and_outcome_is_known() -> None:
+    core = pytest.importorskip("ag_ui.core")
+    assert {e.value for e in core.EventType} == ag_ui.EVENT_TYPES
+    outcomes = set()
+    for model in (
+        core.RunFinishedSuccessOutcome,
+        core.RunFinishedInterruptOutcome,
+        core.RunFinishedCancelledOutcome,
+    ):
+        outcomes |= literals(model.model_fields["type"].annotation)
+    assert outcomes == set(ag_ui.OUTCOMES)

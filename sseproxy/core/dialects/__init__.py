@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from sseproxy.core.dialects import (
+    a2a,
+    ag_ui,
     anthropic_messages,
     bedrock_converse,
     bedrock_invoke,
     cohere,
     gemini,
+    gemini_interactions,
     mcp,
     ollama,
     openai_chat,
@@ -28,6 +31,7 @@ from sseproxy.core.dialects.spec import DialectSpec
 from sseproxy.core.events import Framing, SSEEvent
 from sseproxy.core.eventstream import EventMessage
 from sseproxy.core.jsonvalue import loads
+from sseproxy.core.request import RequestFacts
 from sseproxy.core.verdict import Dialect
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "Assembler",
     "DialectSpec",
     "Outcome",
+    "by_request",
     "detect",
     "fallback",
     "new_assembler",
@@ -47,15 +52,18 @@ __all__ = [
 
 SPECS: tuple[DialectSpec, ...] = (
     vercel_ui.SPEC,  # first: its header says so whatever the path (its default is /api/chat)
-    mcp.SPEC,  # its path and session header are its own; JSON-RPC is sniffed before chat's
+    a2a.SPEC,  # JSON-RPC like MCP: selected by its method, sniffed by its result's shape
+    mcp.SPEC,  # its path, session header and methods are its own (never sniffed)
     openai_chat.SPEC,
     openai_responses.SPEC,
     anthropic_messages.SPEC,
     gemini.SPEC,
+    gemini_interactions.SPEC,
     ollama.SPEC,
     bedrock_converse.SPEC,
     bedrock_invoke.SPEC,
     cohere.SPEC,
+    ag_ui.SPEC,  # no path of its own: sniffed by its upper-case event types
     sse.SSE_SPEC,
     sse.TEXT_SPEC,
 )
@@ -83,8 +91,14 @@ for _order, _spec in enumerate(SPECS):
         _BY_HEADER.setdefault(_name.lower(), (_order, _spec.dialect))
 
 
-def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> Dialect | None:
-    """Dialect from the request path and the response headers; None when they say nothing."""
+def detect(
+    method: str,
+    path: str,
+    headers: Mapping[str, str] | None = None,
+    asked: RequestFacts | None = None,
+) -> Dialect | None:
+    """Dialect from the response headers, the request (`asked`: its JSON-RPC method) and its
+    path; None when they say nothing."""
     found: tuple[int, Dialect] | None = None
     content_type = ""
     for name, value in (headers or {}).items():
@@ -96,7 +110,19 @@ def detect(method: str, path: str, headers: Mapping[str, str] | None = None) -> 
             found = hit
     if found is not None:
         return found[1]
+    if asked is not None and (chosen := by_request(asked)) is not None:
+        return chosen
     return _by_path(path.split("?", 1)[0]) or _by_content_type(content_type.lower())
+
+
+def by_request(asked: RequestFacts) -> Dialect | None:
+    """The dialect the request alone selects (`DialectSpec.selects`), if any."""
+    if asked.rpc_method is None and asked.mcp_version is None:
+        return None  # the usual request: nothing to ask
+    for spec in SPECS:
+        if spec.selects is not None and spec.selects(asked):
+            return spec.dialect
+    return None
 
 
 @functools.lru_cache(maxsize=256)  # a proxy sees a handful of paths, again and again

@@ -133,7 +133,12 @@ class ContentStore:
 
 @dataclass(slots=True)
 class ToolCallBuffer:
-    """One tool call being streamed. Only `arguments` concatenates; id and name never do."""
+    """One tool call being streamed. Only `arguments` concatenates; id and name never do.
+
+    `free_text`: the call's input is free text, not JSON (a Responses `custom_tool_call`, a
+    Chat `custom` call: apply_patch, grammar-constrained tools), so it is never checked as JSON.
+    Arguments are checked only once the call completed: a call cut before its end has no whole
+    arguments to judge (the stream's state says it was cut)."""
 
     id: str | None = None
     name: str | None = None
@@ -142,6 +147,7 @@ class ToolCallBuffer:
     truncated: bool = False
     completed: bool = False
     empty_means_no_arguments: bool = False
+    free_text: bool = False
 
     def append(self, text: str) -> None:
         if self.length + len(text) > DEFAULT_TOOL_ARGUMENT_CHARS:
@@ -171,7 +177,9 @@ class ToolCallBuffer:
             id=self.id,
             name=self.name,
             arguments_bytes=len(self.arguments.encode("utf-8", "replace")),
-            arguments_valid_json=self.valid_json(),
+            arguments_valid_json=(
+                None if self.free_text or not self.completed else self.valid_json()
+            ),
         )
 
 
@@ -297,7 +305,7 @@ class Assembler:
         outcome = self.conclude(partial, body_complete)
         tool_calls = tuple(call.summary() for call in self.tool_calls.values())
         anomalies = Counter(self.anomalies)
-        invalid = sum(1 for call in tool_calls if not call.arguments_valid_json)
+        invalid = sum(1 for call in tool_calls if call.arguments_valid_json is False)
         if invalid:
             anomalies["invalid_tool_arguments"] += invalid
         return Assembly(

@@ -27,6 +27,7 @@ from collections import Counter
 from typing import Any
 
 from sseproxy.core.dialects.base import Assembler, Outcome, ident
+from sseproxy.core.dialects.rpc import is_mcp
 from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.request import RequestFacts
@@ -197,7 +198,7 @@ SPEC = DialectSpec(
     drills=Drills(is_terminal=_is_response, error=_injected_error, end_marker=b""),
     path_suffixes=("/mcp", "/mcp/"),
     response_headers=(SESSION_HEADER,),
-    sniff=lambda obj: obj.get("jsonrpc") == "2.0",
+    selects=is_mcp,  # an MCP method or `MCP-Protocol-Version`; never the response shape
     otel_operation=None,
     disconnect_cancels=False,
     client_close=client_close,

@@ -167,10 +167,18 @@ class OpenAIChatAssembler(Assembler):
         if not isinstance(call_index, int):
             # Some compatibles omit `index`: a new id starts a call, otherwise continue the last.
             call_index = self._index_without_index(index, call.get("id"), position)
-        buffer = self.tool_call((index, call_index))
-        function = call.get("function") or call.get("custom") or {}
+        key = (index, call_index)
+        if key not in self.tool_calls and not call.get("type"):
+            # openai-node's stream helper keeps a call's type from its first delta and raises
+            # (`missing choices[i].tool_calls[j].type`) when it had none.
+            self.anomalies["tool_call_type_missing"] += 1
+        buffer = self.tool_call(key)
+        custom = call.get("custom")
+        function = call.get("function") or custom or {}
         if not isinstance(function, dict):
             function = {}
+        if call.get("type") == "custom" or (custom and function is custom):
+            buffer.free_text = True  # a custom tool's input is text, not JSON
         self.set_call_identity(buffer, call.get("id"), function.get("name"))
         self.add_arguments(buffer, function.get("arguments", function.get("input")))
 

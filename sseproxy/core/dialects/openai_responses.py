@@ -185,10 +185,12 @@ class OpenAIResponsesAssembler(Assembler):
     def dispatch(self, etype: str, obj: dict[str, Any]) -> None:
         if etype == "response.output_text.delta":
             self.on_part_delta("text", obj)
-        elif etype == "response.function_call_arguments.delta" or (
-            etype == "response.custom_tool_call_input.delta"
-        ):
+        elif etype == "response.function_call_arguments.delta":
             self.add_arguments(self.call_for(obj), obj.get("delta"))
+        elif etype == "response.custom_tool_call_input.delta":
+            call = self.call_for(obj)
+            call.free_text = True  # a custom tool's input is text (apply_patch, a grammar)
+            self.add_arguments(call, obj.get("delta"))
         elif etype in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             index = ident(obj.get("summary_index", obj.get("content_index")))
             self.add_reasoning((ident(obj.get("item_id")), etype, index), obj.get("delta"))
@@ -239,6 +241,7 @@ class OpenAIResponsesAssembler(Assembler):
         if itype in CLIENT_TOOL_ITEMS:
             self.has_function_calls = True
             call = self.tool_call(ident(item.get("id")))
+            call.free_text = call.free_text or itype == "custom_tool_call"
             self.set_call_identity(call, item.get("call_id"), item.get("name"), snapshot=done)
             if done:
                 self.compare(call.arguments, item.get("arguments", item.get("input")))
@@ -265,6 +268,7 @@ class OpenAIResponsesAssembler(Assembler):
             "response.custom_tool_call_input.done",
         ):
             call = self.call_for(obj)
+            call.free_text = call.free_text or etype == "response.custom_tool_call_input.done"
             self.set_call_identity(call, None, obj.get("name"), snapshot=True)
             self.compare(call.arguments, obj.get("arguments", obj.get("input")), call.truncated)
             call.completed = True
@@ -345,8 +349,9 @@ class OpenAIResponsesAssembler(Assembler):
                             self.add_refusal((ident(item.get("id")), 0), part.get("refusal"))
                 elif isinstance(item, dict) and item.get("type") in CLIENT_TOOL_ITEMS:
                     call = self.tool_call(ident(item.get("id")))
+                    call.free_text = item.get("type") == "custom_tool_call"
                     self.set_call_identity(call, item.get("call_id"), item.get("name"))
-                    self.add_arguments(call, item.get("arguments"))
+                    self.add_arguments(call, item.get("arguments", item.get("input")))
                     call.completed = True
                     self.has_function_calls = True
 

@@ -51,7 +51,8 @@ class Drills:
 class DialectSpec:
     """Everything the rest of sseproxy knows about one API dialect.
 
-    Detection: a response carrying one of `response_headers`; a request path (query excluded)
+    Detection: a response carrying one of `response_headers`; a request for which `selects`
+    is true (its JSON-RPC method); a request path (query excluded)
     ending with one of `path_suffixes` or containing one of `path_contains`; a response
     Content-Type containing one of `content_types`. Sniffing, when none of these said anything:
     an SSE `event:` name in `event_types` or starting with `event_prefix`, a parsed JSON
@@ -80,6 +81,9 @@ class DialectSpec:
     event_prefix: str | None = None
     sniff: Callable[[dict[str, Any]], bool] | None = None
     sniff_message: Callable[[EventMessage], bool] | None = None
+    # The request alone selects the dialect (a JSON-RPC method: MCP's or A2A's); tried after
+    # the response headers and before the path.
+    selects: Callable[[RequestFacts], bool] | None = None
     fallback_for: frozenset[Framing] = frozenset()
     media_type: str = SSE_MEDIA_TYPE
     framing: Framing = Framing.SSE  # the framing its streams use (NDJSON for Ollama)

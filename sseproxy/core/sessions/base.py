@@ -196,7 +196,7 @@ class TurnJudge:
         a = turn.assembler
         tool_calls = tuple(call.summary() for call in a.tool_calls.values())
         anomalies = Counter(a.anomalies)
-        invalid = sum(1 for call in tool_calls if not call.arguments_valid_json)
+        invalid = sum(1 for call in tool_calls if call.arguments_valid_json is False)
         if invalid:
             anomalies["invalid_tool_arguments"] += invalid
         interruption = None
