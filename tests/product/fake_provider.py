@@ -4,8 +4,12 @@ event streams and WebSocket sessions alike, so the installed proxy can sit in fr
 What it does is chosen by the model name the client asks for: `<scenario>-<anything>`, with
 `ok` (a whole recorded stream), `cut` (closes the connection mid-stream), `hold` (sends a few
 events, then keeps the stream or session open until the peer goes), `overloaded` (Anthropic:
-an in-band error after HTTP 200). The model name also tells each test's records apart: every
-test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
+an in-band error after HTTP 200). For the coding agents (tests/agents, replies in
+agent_replies.py): `answer` (a whole text answer), `tool` (a shell tool call, then the answer
+once the agent sends its result), `error` (an in-band error after HTTP 200), `ratelimit` (429
+the first time a model is asked for, the answer after), `cutonce` (a cut the first time, the
+answer after). Every request and WebSocket `response.create` is kept in `requests`. The model
+name also tells each test's records apart: every test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
 of a session, whichever loop each test runs on."""
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from aiohttp import WSMsgType, web
 
 from tests.corpus import file as corpus
+from tests.product import agent_replies as agent
 from tests.streams import chat_chunk, sse
 
 # How long a held stream or session waits for its peer to go before it gives up by itself.
@@ -85,10 +90,23 @@ class WsSeen:
     path: str
     received: list[str] = field(default_factory=list)
     close_code: int | None = None  # the code of the close frame the proxy sent, if any
+    request: web.Request | None = None
     ended: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One request (or WebSocket `response.create`) as the fake got it."""
+
+    transport: str  # "http" or "websocket"
+    path: str
+    model: str | None
+    headers: dict[str, str]
+    body: bytes
+
+
 WsScript = Callable[[web.WebSocketResponse, WsSeen, str], Awaitable[None]]
+AGENT_SCENARIOS = ("answer", "tool", "error", "ratelimit", "cutonce")
 
 
 class FakeProvider:
@@ -97,6 +115,8 @@ class FakeProvider:
     def __init__(self) -> None:
         self.url = ""
         self.sessions: dict[str, WsSeen] = {}  # by the model (or ?id=) each session asked for
+        self.requests: list[Seen] = []
+        self._asked: dict[str, int] = {}  # times each model was asked for (ratelimit, cutonce)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -148,6 +168,14 @@ class FakeProvider:
         seen.ended.wait(max(0.0, deadline - time.monotonic()))
         return seen
 
+    def seen(self, prefix: str) -> list[Seen]:
+        """The requests for models that start with `prefix`."""
+        return [r for r in list(self.requests) if (r.model or "").startswith(prefix)]
+
+    def _first_time(self, model: str) -> bool:
+        self._asked[model] = self._asked.get(model, 0) + 1
+        return self._asked[model] == 1
+
     # --- HTTP ------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -162,6 +190,9 @@ class FakeProvider:
             with contextlib.suppress(ValueError):
                 model = json.loads(body).get("model")
         kind = scenario(model)
+        self.requests.append(Seen("http", path, model, dict(request.headers), body))
+        if kind in AGENT_SCENARIOS:
+            return await self.agent_http(request, path, model or "", kind, body)
         if path.endswith("/chat/completions"):
             if kind == "hold":
                 return await self.hold(request, sse(*HELD_CHAT_EVENTS))
@@ -174,6 +205,64 @@ class FakeProvider:
         if ":streamGenerateContent" in path:
             return await self.stream(request, corpus(GEMINI_BODY), cut=kind == "cut")
         return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
+
+    async def agent_http(
+        self, request: web.Request, path: str, model: str, kind: str, body: bytes
+    ) -> web.StreamResponse:
+        """A coding agent's request (AGENT_SCENARIOS), for the API its path names."""
+        api = (
+            "responses"
+            if path.endswith("/responses")
+            else "anthropic"
+            if path.endswith("/messages")
+            else "gemini"
+            if ":streamGenerateContent" in path
+            else "chat"
+            if path.endswith("/chat/completions")
+            else None
+        )
+        if api is None:
+            return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
+        first = self._first_time(model) if kind in ("ratelimit", "cutonce") else False
+        if kind == "ratelimit" and first:
+            family = {"anthropic": "anthropic", "gemini": "gemini"}.get(api, "openai")
+            return web.json_response(
+                agent.RATE_LIMITED[family], status=429, headers={"retry-after": "1"}
+            )
+        parsed: object = {}
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(body) if body else {}
+        call = agent.shell_call(parsed) if kind == "tool" else None
+        if kind == "tool" and agent.has_tool_result(body):
+            call = None
+        if api == "responses":
+            events = (
+                agent.responses_failed(model)
+                if kind == "error"
+                else agent.responses_tool(model, *call)
+                if call
+                else agent.responses_text(model)
+            )
+            data = agent.as_sse(events)
+        elif api == "anthropic":
+            data = (
+                agent.anthropic_overloaded()
+                if kind == "error"
+                else agent.anthropic_tool(model, *call)
+                if call
+                else agent.anthropic_text(model)
+            )
+        elif api == "chat":
+            data = (
+                agent.chat_error(model)
+                if kind == "error"
+                else agent.chat_tool(model, *call)
+                if call
+                else agent.chat_text(model)
+            )
+        else:
+            data = agent.gemini_tool(*call) if call else agent.gemini_text()
+        return await self.stream(request, data, cut=kind == "cutonce" and first)
 
     async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:
         """The body in small writes; `cut`: only its first half of events, then a close
@@ -218,6 +307,7 @@ class FakeProvider:
             self.sessions[request.query.get("model", "")] = seen
         elif path.endswith("/responses"):
             script = self.responses_ws
+            seen.request = request
         elif "BidiGenerateContent" in path:
             script = self.gemini_live
         else:
@@ -288,6 +378,14 @@ class FakeProvider:
             if event.get("type") != "response.create":
                 continue
             self.sessions[str(event.get("model"))] = seen
+            model = str(event.get("model"))
+            kind = scenario(model)
+            if kind in AGENT_SCENARIOS:
+                headers = dict(seen.request.headers) if seen.request is not None else {}
+                self.requests.append(Seen("websocket", seen.path, model, headers, text.encode()))
+                if not await self.agent_ws(ws, seen, model, kind, event, text):
+                    return
+                continue
             r = {
                 "id": "resp_7",
                 "object": "response",
@@ -321,6 +419,38 @@ class FakeProvider:
             await ws.send_json(
                 {"type": "response.completed", "sequence_number": 2, "response": completed}
             )
+
+    async def agent_ws(
+        self,
+        ws: web.WebSocketResponse,
+        seen: WsSeen,
+        model: str,
+        kind: str,
+        event: dict[str, object],
+        text: str,
+    ) -> bool:
+        """A coding agent's `response.create` over the Responses WebSocket; False once the
+        connection was cut (`cutonce`: half the events, then the TCP connection closed)."""
+        first = self._first_time(model) if kind == "cutonce" else False
+        call = agent.shell_call(event) if kind == "tool" else None
+        if call and agent.has_tool_result(text.encode()):
+            call = None
+        events = (
+            agent.responses_failed(model)
+            if kind == "error"
+            else agent.responses_tool(model, *call)
+            if call
+            else agent.responses_text(model)
+        )
+        if kind == "cutonce" and first:
+            for e in events[: len(events) // 2]:
+                await ws.send_json(e)
+            if seen.request is not None and seen.request.transport is not None:
+                seen.request.transport.close()
+            return False
+        for e in events:
+            await ws.send_json(e)
+        return True
 
     async def gemini_live(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
         """Gemini Live: `setup` -> `setupComplete`; each client turn answered with
