@@ -194,6 +194,19 @@ def responses_failed(model: str) -> list[dict[str, Any]]:
     )
 
 
+def responses_empty(model: str) -> list[dict[str, Any]]:
+    """The answer to a warm-up (`generate: false`): a response with no output."""
+    return _numbered(
+        [
+            {"type": "response.created", "response": _response(model, "in_progress", [])},
+            {
+                "type": "response.completed",
+                "response": _response(model, "completed", [], RESPONSES_USAGE),
+            },
+        ]
+    )
+
+
 def _numbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "sequence_number": n} for n, e in enumerate(events)]
 
@@ -405,3 +418,23 @@ def anthropic_overloaded() -> bytes:
     from tests.product.fake_provider import anthropic_overloaded as overloaded
 
     return overloaded()
+
+
+ANTHROPIC_OVERLOADED = {
+    "type": "error",
+    "error": {"type": "overloaded_error", "message": "Overloaded"},
+}
+
+
+def anthropic_message(model: str, text: str = ANSWER) -> dict[str, Any]:
+    """A whole Messages answer as JSON, for a request without `stream`."""
+    return {
+        "id": "msg_agent3",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 25, "output_tokens": 5},
+    }

@@ -190,7 +190,9 @@ class FakeProvider:
             with contextlib.suppress(ValueError):
                 model = json.loads(body).get("model")
         kind = scenario(model)
-        self.requests.append(Seen("http", path, model, dict(request.headers), body))
+        self.requests.append(
+            Seen("http", path, model, {k.lower(): v for k, v in request.headers.items()}, body)
+        )
         if kind in AGENT_SCENARIOS:
             return await self.agent_http(request, path, model or "", kind, body)
         if path.endswith("/chat/completions"):
@@ -244,6 +246,11 @@ class FakeProvider:
                 else agent.responses_text(model)
             )
             data = agent.as_sse(events)
+        elif api == "anthropic" and isinstance(parsed, dict) and not parsed.get("stream"):
+            # Claude Code's retry of a failed stream asks without `stream`: a JSON answer
+            if kind == "error":
+                return web.json_response(agent.ANTHROPIC_OVERLOADED, status=529)
+            return web.json_response(agent.anthropic_message(model))
         elif api == "anthropic":
             data = (
                 agent.anthropic_overloaded()
@@ -381,7 +388,11 @@ class FakeProvider:
             model = str(event.get("model"))
             kind = scenario(model)
             if kind in AGENT_SCENARIOS:
-                headers = dict(seen.request.headers) if seen.request is not None else {}
+                headers = (
+                    {k.lower(): v for k, v in seen.request.headers.items()}
+                    if seen.request is not None
+                    else {}
+                )
                 self.requests.append(Seen("websocket", seen.path, model, headers, text.encode()))
                 if not await self.agent_ws(ws, seen, model, kind, event, text):
                     return
@@ -430,7 +441,12 @@ class FakeProvider:
         text: str,
     ) -> bool:
         """A coding agent's `response.create` over the Responses WebSocket; False once the
-        connection was cut (`cutonce`: half the events, then the TCP connection closed)."""
+        connection was cut (`cutonce`: half the events, then the TCP connection closed). A
+        warm-up (`generate: false`, Codex's first message) gets an empty response."""
+        if event.get("generate") is False:
+            for e in agent.responses_empty(model):
+                await ws.send_json(e)
+            return True
         first = self._first_time(model) if kind == "cutonce" else False
         call = agent.shell_call(event) if kind == "tool" else None
         if call and agent.has_tool_result(text.encode()):
