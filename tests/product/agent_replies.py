@@ -19,8 +19,6 @@ PROOF_FILE = "proof.txt"
 PROOF_TEXT = "made-by-agent"
 PROOF_COMMAND = f"echo {PROOF_TEXT} > {PROOF_FILE}"
 ANSWER = "All done here."
-# Each API's mark of a tool result in a request body.
-TOOL_RESULT_MARKS = (b"function_call_output", b"tool_result", b'"role":"tool"', b"functionResponse")
 # The shell tools the agents declare, and the arguments each takes for PROOF_COMMAND.
 SHELL_TOOLS: dict[str, dict[str, Any]] = {
     "exec_command": {"cmd": PROOF_COMMAND},  # Codex
@@ -31,9 +29,31 @@ SHELL_TOOLS: dict[str, dict[str, Any]] = {
 }
 
 
-def has_tool_result(body: bytes) -> bool:
-    compact = body.replace(b'": "', b'":"')
-    return any(mark in compact for mark in TOOL_RESULT_MARKS)
+def has_tool_result(request: Any) -> bool:
+    """Whether a parsed request body carries a tool's result, in any API's shape (a
+    structural look: system prompts name these words too)."""
+    if not isinstance(request, dict):
+        return False
+    for item in request.get("input") or []:  # Responses
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            return True
+    for message in request.get("messages") or []:  # Chat, Anthropic
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool":
+            return True
+        content = message.get("content")
+        if isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+        ):
+            return True
+    for content in request.get("contents") or []:  # Gemini
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(parts, list) and any(
+            isinstance(p, dict) and "functionResponse" in p for p in parts
+        ):
+            return True
+    return False
 
 
 def tool_names(request: Any) -> list[str]:

@@ -235,7 +235,7 @@ class FakeProvider:
         with contextlib.suppress(ValueError):
             parsed = json.loads(body) if body else {}
         call = agent.shell_call(parsed) if kind == "tool" else None
-        if kind == "tool" and agent.has_tool_result(body):
+        if kind == "tool" and agent.has_tool_result(parsed):
             call = None
         if api == "responses":
             events = (
@@ -449,7 +449,7 @@ class FakeProvider:
             return True
         first = self._first_time(model) if kind == "cutonce" else False
         call = agent.shell_call(event) if kind == "tool" else None
-        if call and agent.has_tool_result(text.encode()):
+        if call and agent.has_tool_result(event):
             call = None
         events = (
             agent.responses_failed(model)
