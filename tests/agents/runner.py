@@ -122,7 +122,7 @@ class AgentRunner:
         ]
         invalid = invalid_records(finished)
         assert not invalid, f"records outside the schema: {invalid[:3]}"
-        return AgentResult(
+        result = AgentResult(
             done.returncode,
             done.stdout,
             done.stderr,
@@ -131,3 +131,25 @@ class AgentRunner:
             self.work,
             log_file,
         )
+        if table := os.environ.get("SSEPROXY_AGENTS_TABLE"):  # one line per run, for the docs
+            row = {
+                "agent": Path(argv[0]).name,
+                "model": model,
+                "exit": done.returncode,
+                "requests": [s.transport for s in result.seen],
+                "records": [
+                    f"{r.get('transport', 'http')}:{r['method']}:{r['state']}:{r['status']}:"
+                    f"stream={r['stream']}:retry={bool(r.get('retry'))}"
+                    for r in result.streams()
+                    if r.get("model") == model
+                ],
+                "others": [
+                    f"{r['method']} {r['path']} {r['state']} {r.get('model')}"
+                    for r in result.streams()
+                    if r.get("model") != model
+                ],
+                "sessions": [str(r["end_reason"]) for r in result.sessions()],
+            }
+            with open(table, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+        return result
