@@ -60,21 +60,30 @@ def pinned(name: str) -> Agent:
     return agent
 
 
-def _run(argv: list[str], what: str) -> None:
+# Why an install failed, by agent and by registry (a timeout: the registry is out of reach),
+# so that the session's other tests skip at once instead of trying again.
+FAILED: dict[str, str] = {}
+
+
+def _run(argv: list[str], what: str, agent: Agent) -> None:
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, stdin=subprocess.DEVNULL
         )
     except subprocess.TimeoutExpired:
-        pytest.skip(f"{what} took over {INSTALL_TIMEOUT} s")
+        FAILED[agent.name] = FAILED[agent.registry] = f"{what} took over {INSTALL_TIMEOUT} s"
+        pytest.skip(FAILED[agent.name])
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-        pytest.skip(f"{what} failed ({done.returncode}): {tail}")
+        FAILED[agent.name] = f"{what} failed ({done.returncode}): {tail}"
+        pytest.skip(FAILED[agent.name])
 
 
 def executable(name: str) -> Path:
     """The agent's command, installed into the cache first if it is not there."""
     agent = pinned(name)
+    if reason := FAILED.get(agent.name) or FAILED.get(agent.registry):
+        pytest.skip(reason)
     if agent.registry == "npm":
         return _npm(agent)
     return _pypi(agent)
@@ -96,9 +105,11 @@ def _npm(agent: Agent) -> Path:
                 str(prefix),
                 "--no-audit",
                 "--no-fund",
+                "--fetch-retries=1",
                 f"{agent.package}@{agent.version}",
             ],
             what,
+            agent,
         )
     if not command.exists():
         pytest.skip(f"{agent.name}: npm installed no {agent.command} command")
@@ -109,7 +120,11 @@ def _pypi(agent: Agent) -> Path:
     venv = cache_dir() / "py" / f"{agent.package}@{agent.version}"
     command = venv / "bin" / agent.command
     if not command.exists():
-        _run([sys.executable, "-m", "venv", "--clear", str(venv)], f"a venv for {agent.package}")
+        _run(
+            [sys.executable, "-m", "venv", "--clear", str(venv)],
+            f"a venv for {agent.package}",
+            agent,
+        )
         what = f"pip install {agent.package}=={agent.version}"
         _run(
             [
@@ -121,6 +136,7 @@ def _pypi(agent: Agent) -> Path:
                 f"{agent.package}=={agent.version}",
             ],
             what,
+            agent,
         )
     if not command.exists():
         pytest.skip(f"{agent.name}: pip installed no {agent.command} command")
