@@ -172,3 +172,38 @@ def test_cut(agent_run: AgentRunner, name: str) -> None:
     else:
         assert run.code != 0 and len(records) == 1, run.explain()
     assert "cuts: 1 upstream_closed by the upstream" in run.stderr
+
+
+# In-band errors: only these, as the others back off for over a minute before they give up
+# (opencode: 7 attempts, exit 1; aider: 9 attempts, exit 0; measured once, see the docs).
+# Whether the agent exits 0 all the same (pinned versions).
+ERROR_EXIT_ZERO = {"gemini": True, "qwen": False, "llm": False}
+
+
+@pytest.mark.parametrize("name", list(ERROR_EXIT_ZERO))
+def test_in_band_error(agent_run: AgentRunner, name: str) -> None:
+    """A few characters, then an error object after HTTP 200. Every attempt is `failed`,
+    whatever the agent says: Gemini CLI retries, glues the partial answers together and exits
+    0; the records still say each attempt failed."""
+    model = f"error-{name}"
+    run = run_agent(agent_run, name, model)
+    records = mine(run, model)
+    assert records and {r["state"] for r in records} == {"failed"}, run.explain()
+    assert len(records) == len(run.seen), run.explain()
+    assert ANSWER not in run.stdout
+    if ERROR_EXIT_ZERO[name]:
+        assert run.code == 0 and run.stdout.count("Hal") == len(records) > 1, run.explain()
+    else:
+        assert run.code != 0 and len(records) == 1, run.explain()
+    assert f"streams: {len(records)} failed" in run.stderr
+
+
+@pytest.mark.parametrize("name", ["gemini", "qwen", "opencode", "llm"])
+def test_rate_limit_is_retried(agent_run: AgentRunner, name: str) -> None:
+    model = f"ratelimit-{name}"
+    run = run_agent(agent_run, name, model)
+    assert run.code == 0, run.explain()
+    assert ANSWER in run.stdout
+    records = mine(run, model)
+    assert (records[0]["state"], records[0]["status"]) == ("http_error", 429), run.explain()
+    assert records[1]["state"] == "completed" and len(records) == len(run.seen)

@@ -458,3 +458,20 @@ def anthropic_message(model: str, text: str = ANSWER) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": 25, "output_tokens": 5},
     }
+
+
+def gemini_error() -> bytes:
+    """A chunk of text, then an error object in the stream (HTTP 200), as Gemini sends an
+    overloaded model mid-answer: `{"error": {"code": 503, ..., "status": "UNAVAILABLE"}}`."""
+    first = {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": "Hal"}]}, "index": 0}],
+        "modelVersion": "gemini-2.5-flash",
+    }
+    error = {
+        "error": {
+            "code": 503,
+            "message": "The model is overloaded. Please try again later.",
+            "status": "UNAVAILABLE",
+        }
+    }
+    return sse(first, error)

@@ -268,7 +268,13 @@ class FakeProvider:
                 else agent.chat_text(model)
             )
         else:
-            data = agent.gemini_tool(*call) if call else agent.gemini_text()
+            data = (
+                agent.gemini_error()
+                if kind == "error"
+                else agent.gemini_tool(*call)
+                if call
+                else agent.gemini_text()
+            )
         return await self.stream(request, data, cut=kind == "cutonce" and first)
 
     async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:
