@@ -558,7 +558,7 @@ def _run(args: argparse.Namespace, command: list[str], parser: Parser) -> int:
         return 2
     options = RunOptions(
         command=command,
-        serve_flags=flags_for(given, args.config),
+        serve_flags=flags_for([g for g in given if g[0] != "log_file"], args.config),
         log_file=Path(settings.log_file) if settings.log_file else None,
         shutdown_grace=settings.shutdown_grace,
     )
