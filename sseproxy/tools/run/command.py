@@ -70,6 +70,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         proxy_code = started.stop(options.shutdown_grace)
     if proxy_code not in (0, None):
         say(f"the proxy exited with {proxy_code}: {started.errors()}")
+    started.stderr.close()
     summary = summarise(log_file, offset)
     name = shlex.join(options.command[:1])
     say(f"{name} exited with {code}; " + "\n".join(summary.lines()))
