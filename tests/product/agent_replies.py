@@ -434,10 +434,36 @@ def gemini_text(text: str = ANSWER) -> bytes:
 
 
 def anthropic_overloaded() -> bytes:
-    """A text delta, then `overloaded_error` in-band after HTTP 200 (as the fake's own)."""
-    from tests.product.fake_provider import anthropic_overloaded as overloaded
-
-    return overloaded()
+    """A text delta, then `overloaded_error` in-band after HTTP 200 (the shape of
+    anthropic-messages/text-basic-pings.sse with the end replaced by an error event)."""
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [],
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        },
+    }
+    block = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "Hal"},
+    }
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    return sse(
+        ("message_start", start),
+        ("content_block_start", block),
+        ("content_block_delta", delta),
+        ("error", error),
+    )
 
 
 ANTHROPIC_OVERLOADED = {
@@ -475,3 +501,44 @@ def gemini_error() -> bytes:
         }
     }
     return sse(first, error)
+
+
+Call = tuple[str, dict[str, Any]] | None
+
+
+def api_of(path: str) -> str | None:
+    """The API a request path belongs to, as the agents send them."""
+    if path.endswith("/responses"):
+        return "responses"
+    if path.endswith("/messages"):
+        return "anthropic"
+    if ":streamGenerateContent" in path:
+        return "gemini"
+    if path.endswith("/chat/completions"):
+        return "chat"
+    return None
+
+
+def responses_events(model: str, kind: str, call: Call) -> list[dict[str, Any]]:
+    if kind == "error":
+        return responses_failed(model)
+    if call is not None:
+        return responses_tool(model, *call)
+    return responses_text(model)
+
+
+def http_body(api: str, model: str, kind: str, call: Call) -> bytes:
+    """The streamed body for a scenario (`error`, a tool `call`, else the answer)."""
+    if api == "responses":
+        return as_sse(responses_events(model, kind, call))
+    if api == "anthropic":
+        if kind == "error":
+            return anthropic_overloaded()
+        return anthropic_tool(model, *call) if call else anthropic_text(model)
+    if api == "chat":
+        if kind == "error":
+            return chat_error(model)
+        return chat_tool(model, *call) if call else chat_text(model)
+    if kind == "error":
+        return gemini_error()
+    return gemini_tool(*call) if call else gemini_text()

@@ -8,9 +8,10 @@ an in-band error after HTTP 200). For the coding agents (tests/agents, replies i
 agent_replies.py): `answer` (a whole text answer), `tool` (a shell tool call, then the answer
 once the agent sends its result), `error` (an in-band error after HTTP 200), `ratelimit` (429
 the first time a model is asked for, the answer after), `cutonce` (a cut the first time, the
-answer after). Every request and WebSocket `response.create` is kept in `requests`. The model
-name also tells each test's records apart: every test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
-of a session, whichever loop each test runs on."""
+answer after). Every request and WebSocket `response.create` is kept in `requests`. The
+model name also tells each test's records apart: every test asks for a model of its own. A
+thread, not the test's loop: one fake serves all the tests of a session, whichever loop each
+test runs on."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from aiohttp import WSMsgType, web
 
 from tests.corpus import file as corpus
 from tests.product import agent_replies as agent
+from tests.product.agent_replies import anthropic_overloaded
 from tests.streams import chat_chunk, sse
 
 # How long a held stream or session waits for its peer to go before it gives up by itself.
@@ -50,37 +52,6 @@ def events_of(body: bytes) -> list[bytes]:
     sep = b"\r\n\r\n" if b"\r\n\r\n" in body else b"\n\n"
     parts = body.split(sep)
     return [p + sep for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-
-
-def anthropic_overloaded() -> bytes:
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [],
-            "usage": {"input_tokens": 3, "output_tokens": 1},
-        },
-    }
-    block = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    delta = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": "Hal"},
-    }
-    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    return sse(
-        ("message_start", start),
-        ("content_block_start", block),
-        ("content_block_delta", delta),
-        ("error", error),
-    )
 
 
 @dataclass
@@ -212,17 +183,7 @@ class FakeProvider:
         self, request: web.Request, path: str, model: str, kind: str, body: bytes
     ) -> web.StreamResponse:
         """A coding agent's request (AGENT_SCENARIOS), for the API its path names."""
-        api = (
-            "responses"
-            if path.endswith("/responses")
-            else "anthropic"
-            if path.endswith("/messages")
-            else "gemini"
-            if ":streamGenerateContent" in path
-            else "chat"
-            if path.endswith("/chat/completions")
-            else None
-        )
+        api = agent.api_of(path)
         if api is None:
             return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
         first = self._first_time(model) if kind in ("ratelimit", "cutonce") else False
@@ -235,46 +196,14 @@ class FakeProvider:
         with contextlib.suppress(ValueError):
             parsed = json.loads(body) if body else {}
         call = agent.shell_call(parsed) if kind == "tool" else None
-        if kind == "tool" and agent.has_tool_result(parsed):
+        if call is not None and agent.has_tool_result(parsed):
             call = None
-        if api == "responses":
-            events = (
-                agent.responses_failed(model)
-                if kind == "error"
-                else agent.responses_tool(model, *call)
-                if call
-                else agent.responses_text(model)
-            )
-            data = agent.as_sse(events)
-        elif api == "anthropic" and isinstance(parsed, dict) and not parsed.get("stream"):
+        if api == "anthropic" and isinstance(parsed, dict) and not parsed.get("stream"):
             # Claude Code's retry of a failed stream asks without `stream`: a JSON answer
             if kind == "error":
                 return web.json_response(agent.ANTHROPIC_OVERLOADED, status=529)
             return web.json_response(agent.anthropic_message(model))
-        elif api == "anthropic":
-            data = (
-                agent.anthropic_overloaded()
-                if kind == "error"
-                else agent.anthropic_tool(model, *call)
-                if call
-                else agent.anthropic_text(model)
-            )
-        elif api == "chat":
-            data = (
-                agent.chat_error(model)
-                if kind == "error"
-                else agent.chat_tool(model, *call)
-                if call
-                else agent.chat_text(model)
-            )
-        else:
-            data = (
-                agent.gemini_error()
-                if kind == "error"
-                else agent.gemini_tool(*call)
-                if call
-                else agent.gemini_text()
-            )
+        data = agent.http_body(api, model, kind, call)
         return await self.stream(request, data, cut=kind == "cutonce" and first)
 
     async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:
@@ -457,13 +386,7 @@ class FakeProvider:
         call = agent.shell_call(event) if kind == "tool" else None
         if call and agent.has_tool_result(event):
             call = None
-        events = (
-            agent.responses_failed(model)
-            if kind == "error"
-            else agent.responses_tool(model, *call)
-            if call
-            else agent.responses_text(model)
-        )
+        events = agent.responses_events(model, kind, call)
         if kind == "cutonce" and first:
             for e in events[: len(events) // 2]:
                 await ws.send_json(e)
