@@ -1,4 +1,4 @@
-"""Command line: `sseproxy [serve]`, `replay`, `mock`, `demo` and `report`. Parsing only; the
+"""Command line: `sseproxy [serve]`, `run`, `replay`, `mock`, `demo` and `report`. Parsing only; the
 work is elsewhere. Every flag's help names its default, taken from the code that applies it."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sseproxy.core import Dialect
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-COMMANDS = ("serve", "replay", "mock", "demo", "report", "ca")
+COMMANDS = ("serve", "run", "replay", "mock", "demo", "report", "ca")
 VERSION_FLAGS = ("--version", "-V")
 VERSION = f"sseproxy {__version__}"
 VERSION_HELP = "print the version and exit (default: off)"
@@ -30,6 +30,7 @@ VERSION_HELP = "print the version and exit (default: off)"
 FLAG_CUTOFF = 0.7
 # Named in `sseproxy --help`, which is serve's: what else the command line does.
 OTHER_COMMANDS = (
+    ("run", "run a command (a coding agent) through a proxy of its own, then sum up its streams"),
     ("replay", "feed a saved response body through the core"),
     ("mock", "serve recorded streams as a fake upstream"),
     ("demo", "see sseproxy work on bundled streams, offline"),
@@ -74,6 +75,7 @@ SERVE_FLAGS = (
         None,
         ("auto", "json", "console"),
     ),
+    Flag("log_file", "append the records to this file instead of stdout", "FILE"),
     Flag("log_level", "lowest level logged", None, ("debug", "info", "warning", "error")),
     Flag(
         "max_log_queue_bytes",
@@ -197,7 +199,11 @@ def _serve_parser(sub: Any) -> None:
         f"replace the default routes (default: none; env {ENV_PREFIX}CONFIG)",
     )
     p.add_argument(*VERSION_FLAGS, action="version", version=VERSION, help=VERSION_HELP)
-    for flag in SERVE_FLAGS:
+    _setting_flags(p, SERVE_FLAGS)
+
+
+def _setting_flags(p: Parser, flags: Sequence[Flag]) -> None:
+    for flag in flags:
         default = getattr(DEFAULTS, flag.setting)
         option = flag_name(flag.setting)
         value = DEFAULT_SHOWN.get(flag.setting) or shown(default)
@@ -217,6 +223,33 @@ def _serve_parser(sub: Any) -> None:
             if default is None and "float" in str(SETTING_TYPES[flag.setting]):
                 kind = float  # an optional duration
             p.add_argument(option, dest=flag.setting, type=kind, metavar=flag.metavar, help=text)
+
+
+# `run` listens on a free loopback port of its own and writes JSON records to a file.
+RUN_FIXED = ("listen", "allow_remote", "allowed_hosts", "log_format")
+RUN_FLAGS = tuple(flag for flag in SERVE_FLAGS if flag.setting not in RUN_FIXED)
+RUN_USAGE = "sseproxy run [FLAGS] -- COMMAND [ARGS ...]"
+
+
+def _run_parser(sub: Any) -> None:
+    p: Parser = sub.add_parser(
+        "run",
+        usage=RUN_USAGE,
+        help=dict(OTHER_COMMANDS)["run"],
+        description="Start the proxy on a free loopback port, run COMMAND with the variables "
+        "its clients read pointed at it (OPENAI_BASE_URL, OPENAI_API_BASE, ANTHROPIC_BASE_URL, "
+        "GOOGLE_GEMINI_BASE_URL; for `codex`, a provider given as -c overrides), exit with "
+        "COMMAND's exit code, and print on stderr what its streams and sessions did. The "
+        "proxy runs on the bundled defaults (or --config) with these flags; its records go "
+        "to --log-file, or to a file named at the end.",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"TOML file overriding the bundled defaults (default: none; env {ENV_PREFIX}CONFIG)",
+    )
+    _setting_flags(p, RUN_FLAGS)
+    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command and its arguments")
 
 
 def _replay_parser(sub: Any) -> None:
@@ -381,6 +414,7 @@ def build_parser() -> Parser:
     parser.add_argument(*VERSION_FLAGS, action="version", version=VERSION, help=VERSION_HELP)
     sub = Commands(parser)
     _serve_parser(sub)
+    _run_parser(sub)
     _replay_parser(sub)
     _mock_parser(sub)
     _demo_parser(sub)
@@ -441,10 +475,16 @@ def _command(argv: Sequence[str] | None, color: bool) -> int:
         parser.error(f"unknown command {first!r}{command_hint(first)}")
     if first not in (*COMMANDS, *VERSION_FLAGS):
         args_list.insert(0, "serve")  # so `sseproxy --help` is serve's help, flags and all
+    command: list[str] = []
+    if first == "run" and "--" in args_list:  # everything after it is the command's
+        split = args_list.index("--")
+        args_list, command = args_list[:split], args_list[split + 1 :]
     args, extras = parser.parse_known_args(args_list)
     if extras:  # argparse's own message, and the flag that was meant
         hint = flag_hint(extras, parser.commands[args.command].options)
         parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    if args.command == "run":
+        return _run(args, [*args.argv, *command], parser.commands["run"])
     if args.command == "replay":
         return _replay(args, parser)
     if args.command == "mock":
@@ -586,16 +626,41 @@ def _ca(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace, command: list[str], parser: Parser) -> int:
+    from sseproxy.tools.run.command import RunOptions, flags_for, run
+
+    if not command:
+        parser.error(f"no command to run: {RUN_USAGE}")
+    given = [(flag.setting, getattr(args, flag.setting)) for flag in RUN_FLAGS]
+    settings = _settings(args.config, dict(given))
+    if settings is None:
+        return 2
+    options = RunOptions(
+        command=command,
+        serve_flags=flags_for([g for g in given if g[0] != "log_file"], args.config),
+        log_file=Path(settings.log_file) if settings.log_file else None,
+        shutdown_grace=settings.shutdown_grace,
+    )
+    return run(options)
+
+
+def _settings(config: str | None, overrides: dict[str, Any]) -> Settings | None:
+    """The settings, or None once every problem has been printed."""
+    for warning in unknown_env(os.environ):
+        print(f"sseproxy: config: warning: {warning}", file=sys.stderr)
+    try:
+        return load(config, os.environ, overrides)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"sseproxy: config: {problem}", file=sys.stderr)
+        return None
+
+
 def _serve(args: argparse.Namespace, color: bool) -> int:
     from sseproxy.server import run
 
     overrides = {flag.setting: getattr(args, flag.setting) for flag in SERVE_FLAGS}
-    for warning in unknown_env(os.environ):
-        print(f"sseproxy: config: warning: {warning}", file=sys.stderr)
-    try:
-        settings = load(args.config, os.environ, overrides)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"sseproxy: config: {problem}", file=sys.stderr)
+    settings = _settings(args.config, overrides)
+    if settings is None:
         return 2
     return run(settings, color=color)

@@ -158,6 +158,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     upstream: str | None = None
     log_format: str = "auto"
+    log_file: str = ""  # empty: stdout
     log_level: str = "info"
     max_log_queue_bytes: int = MAX_QUEUED_BYTES
     idle_timeout: float = 600.0

@@ -51,6 +51,7 @@ CUT_WAIT = 1.0
 # provider is ~0.1-0.3 s); the grace, this and CUT_WAIT together stay within Docker's 10 s.
 SESSION_CLOSE_WAIT = 0.5
 EXIT_CANNOT_LISTEN = 1
+EXIT_CANNOT_OPEN_LOG = 2  # as a configuration error
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -176,19 +177,34 @@ def own_urls(host: str, port: int) -> dict[str, str]:
 
 
 def run(settings: Settings, color: bool = True) -> int:
-    """`color=False`: no colours on a terminal either (NO_COLOR, read by the command line)."""
-    log.configure(
-        settings.log_format,
-        settings.log_level,
-        max_queue_bytes=settings.max_log_queue_bytes,
-        color=color,
-    )
-    loop_name, loop_factory = choose_loop(settings.event_loop)
-    try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            return runner.run(serve(settings, loop_name))
-    finally:
-        log.finish()  # the records still queued for stdout, `proxy.stopped` last; bounded
+    """`color=False`: no colours on a terminal either (NO_COLOR, read by the command line).
+    With `log_file` the records are appended to that file (kept open until the last record
+    is written) instead of stdout."""
+    with contextlib.ExitStack() as stack:
+        stream = None
+        if settings.log_file:
+            try:
+                stream = stack.enter_context(open(settings.log_file, "a", encoding="utf-8"))
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                print(
+                    f"sseproxy: cannot open log_file {settings.log_file!r}: {reason}",
+                    file=sys.stderr,
+                )
+                return EXIT_CANNOT_OPEN_LOG
+        log.configure(
+            settings.log_format,
+            settings.log_level,
+            stream=stream,
+            max_queue_bytes=settings.max_log_queue_bytes,
+            color=color,
+        )
+        loop_name, loop_factory = choose_loop(settings.event_loop)
+        try:
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                return runner.run(serve(settings, loop_name))
+        finally:
+            log.finish()  # the records still queued for the output, `proxy.stopped` last; bounded
 
 
 async def serve(settings: Settings, loop_name: str) -> int:

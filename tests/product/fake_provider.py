@@ -5,9 +5,14 @@ What it does is chosen by the model name the client asks for: `<scenario>-<anyth
 `ok` (a whole recorded stream), `cut` (closes the connection mid-stream), `hold` (sends a few
 events, then keeps the stream or session open until the peer goes), `overloaded` (Anthropic:
 an in-band error after HTTP 200), `failed` (Gemini Interactions: the interaction ends
-`failed`). The model name also tells each test's records apart: every
-test asks for a model of its own. A thread, not the test's loop: one fake serves all the tests
-of a session, whichever loop each test runs on."""
+`failed`). For the coding agents (tests/agents, replies in
+agent_replies.py): `answer` (a whole text answer), `tool` (a shell tool call, then the answer
+once the agent sends its result), `error` (an in-band error after HTTP 200), `ratelimit` (429
+the first time a model is asked for, the answer after), `cutonce` (a cut the first time, the
+answer after). Every request and WebSocket `response.create` is kept in `requests`. The
+model name also tells each test's records apart: every test asks for a model of its own. A
+thread, not the test's loop: one fake serves all the tests of a session, whichever loop each
+test runs on."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.corpus import file as corpus
+from tests.product import agent_replies as agent
+from tests.product.agent_replies import anthropic_overloaded
 from tests.streams import chat_chunk, sse
 
 # How long a held stream or session waits for its peer to go before it gives up by itself.
@@ -74,37 +81,6 @@ def interaction_events(model: str, status: str) -> bytes:
     return out
 
 
-def anthropic_overloaded() -> bytes:
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [],
-            "usage": {"input_tokens": 3, "output_tokens": 1},
-        },
-    }
-    block = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    delta = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": "Hal"},
-    }
-    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    return sse(
-        ("message_start", start),
-        ("content_block_start", block),
-        ("content_block_delta", delta),
-        ("error", error),
-    )
-
-
 @dataclass
 class WsSeen:
     """One WebSocket session as the fake saw it."""
@@ -112,10 +88,23 @@ class WsSeen:
     path: str
     received: list[str] = field(default_factory=list)
     close_code: int | None = None  # the code of the close frame the proxy sent, if any
+    request: web.Request | None = None
     ended: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One request (or WebSocket `response.create`) as the fake got it."""
+
+    transport: str  # "http" or "websocket"
+    path: str
+    model: str | None
+    headers: dict[str, str]
+    body: bytes
+
+
 WsScript = Callable[[web.WebSocketResponse, WsSeen, str], Awaitable[None]]
+AGENT_SCENARIOS = ("answer", "tool", "error", "ratelimit", "cutonce")
 
 
 class FakeProvider:
@@ -124,6 +113,8 @@ class FakeProvider:
     def __init__(self) -> None:
         self.url = ""
         self.sessions: dict[str, WsSeen] = {}  # by the model (or ?id=) each session asked for
+        self.requests: list[Seen] = []
+        self._asked: dict[str, int] = {}  # times each model was asked for (ratelimit, cutonce)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -175,6 +166,14 @@ class FakeProvider:
         seen.ended.wait(max(0.0, deadline - time.monotonic()))
         return seen
 
+    def seen(self, prefix: str) -> list[Seen]:
+        """The requests for models that start with `prefix`."""
+        return [r for r in list(self.requests) if (r.model or "").startswith(prefix)]
+
+    def _first_time(self, model: str) -> bool:
+        self._asked[model] = self._asked.get(model, 0) + 1
+        return self._asked[model] == 1
+
     # --- HTTP ------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -189,6 +188,11 @@ class FakeProvider:
             with contextlib.suppress(ValueError):
                 model = json.loads(body).get("model")
         kind = scenario(model)
+        self.requests.append(
+            Seen("http", path, model, {k.lower(): v for k, v in request.headers.items()}, body)
+        )
+        if kind in AGENT_SCENARIOS:
+            return await self.agent_http(request, path, model or "", kind, body)
         if path.endswith("/chat/completions"):
             if kind == "hold":
                 return await self.hold(request, sse(*HELD_CHAT_EVENTS))
@@ -206,6 +210,33 @@ class FakeProvider:
                 request, interaction_events(model or "", status), kind == "cut"
             )
         return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
+
+    async def agent_http(
+        self, request: web.Request, path: str, model: str, kind: str, body: bytes
+    ) -> web.StreamResponse:
+        """A coding agent's request (AGENT_SCENARIOS), for the API its path names."""
+        api = agent.api_of(path)
+        if api is None:
+            return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
+        first = self._first_time(model) if kind in ("ratelimit", "cutonce") else False
+        if kind == "ratelimit" and first:
+            family = {"anthropic": "anthropic", "gemini": "gemini"}.get(api, "openai")
+            return web.json_response(
+                agent.RATE_LIMITED[family], status=429, headers={"retry-after": "1"}
+            )
+        parsed: object = {}
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(body) if body else {}
+        call = agent.shell_call(parsed) if kind == "tool" else None
+        if call is not None and agent.has_tool_result(parsed):
+            call = None
+        if api == "anthropic" and isinstance(parsed, dict) and not parsed.get("stream"):
+            # Claude Code's retry of a failed stream asks without `stream`: a JSON answer
+            if kind == "error":
+                return web.json_response(agent.ANTHROPIC_OVERLOADED, status=529)
+            return web.json_response(agent.anthropic_message(model))
+        data = agent.http_body(api, model, kind, call)
+        return await self.stream(request, data, cut=kind == "cutonce" and first)
 
     async def stream(self, request: web.Request, body: bytes, cut: bool) -> web.StreamResponse:
         """The body in small writes; `cut`: only its first half of events, then a close
@@ -250,6 +281,7 @@ class FakeProvider:
             self.sessions[request.query.get("model", "")] = seen
         elif path.endswith("/responses"):
             script = self.responses_ws
+            seen.request = request
         elif "BidiGenerateContent" in path:
             script = self.gemini_live
         else:
@@ -325,9 +357,21 @@ class FakeProvider:
             if event.get("type") != "response.create":
                 continue
             self.sessions[str(event.get("model"))] = seen
-            if scenario(str(event.get("model"))) == "steer":
+            model = str(event.get("model"))
+            kind = scenario(model)
+            if kind == "steer":
                 steering.update(lane=event.get("stream_id"), model=event.get("model"))
                 await self.responses_steerable(ws, event)
+                continue
+            if kind in AGENT_SCENARIOS:
+                headers = (
+                    {k.lower(): v for k, v in seen.request.headers.items()}
+                    if seen.request is not None
+                    else {}
+                )
+                self.requests.append(Seen("websocket", seen.path, model, headers, text.encode()))
+                if not await self.agent_ws(ws, seen, model, kind, event, text):
+                    return
                 continue
             r = {
                 "id": "resp_7",
@@ -431,6 +475,37 @@ class FakeProvider:
         ]
         for frame in frames:
             await ws.send_json({**frame, "stream_id": lane})
+
+    async def agent_ws(
+        self,
+        ws: web.WebSocketResponse,
+        seen: WsSeen,
+        model: str,
+        kind: str,
+        event: dict[str, object],
+        text: str,
+    ) -> bool:
+        """A coding agent's `response.create` over the Responses WebSocket; False once the
+        connection was cut (`cutonce`: half the events, then the TCP connection closed). A
+        warm-up (`generate: false`, Codex's first message) gets an empty response."""
+        if event.get("generate") is False:
+            for e in agent.responses_empty(model):
+                await ws.send_json(e)
+            return True
+        first = self._first_time(model) if kind == "cutonce" else False
+        call = agent.shell_call(event) if kind == "tool" else None
+        if call and agent.has_tool_result(event):
+            call = None
+        events = agent.responses_events(model, kind, call)
+        if kind == "cutonce" and first:
+            for e in events[: len(events) // 2]:
+                await ws.send_json(e)
+            if seen.request is not None and seen.request.transport is not None:
+                seen.request.transport.close()
+            return False
+        for e in events:
+            await ws.send_json(e)
+        return True
 
     async def gemini_live(self, ws: web.WebSocketResponse, seen: WsSeen, _: str) -> None:
         """Gemini Live: `setup` -> `setupComplete`; each client turn answered with

@@ -190,7 +190,10 @@ def test_version_is_printed_at_the_top_level_and_after_serve(argv: list[str], ca
     [
         (["repaly", "x.json"], "unknown command 'repaly' (did you mean 'replay'?)"),
         (["mok"], "unknown command 'mok' (did you mean 'mock'?)"),
-        (["x.json"], "unknown command 'x.json' (commands: serve, replay, mock, demo, report, ca)"),
+        (
+            ["x.json"],
+            "unknown command 'x.json' (commands: serve, run, replay, mock, demo, report, ca)",
+        ),
     ],
 )
 def test_an_unknown_command_is_named_with_the_closest(argv: list[str], error: str, capsys) -> None:
