@@ -1,6 +1,7 @@
 """Where the proxy's CPU goes: sseproxy in this process under cProfile, an upstream and a load
 generator as subprocesses. `python -m bench.profile_proxy [--streams 500 --events 100
---interval-ms 50]` prints the top functions by own time."""
+--interval-ms 50]` prints the top functions by own time. Per request, as agents send them:
+`--streams 2000 --events 1 --interval-ms 0 --spread 4 --dialect responses --body-kb 40`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from bench.proxy import free_port, wait_port
+from sseproxy import server
 from sseproxy.config import load
 from sseproxy.observe import log
 from sseproxy.shell.app import create_app
@@ -58,7 +60,11 @@ async def serve_and_load(args: argparse.Namespace, upstream: str) -> tuple[int, 
         "--per-write",
         str(args.per_write),
         "--spread",
-        "1",
+        str(args.spread),
+        "--dialect",
+        args.dialect,
+        "--body-kb",
+        str(args.body_kb),
         stdout=subprocess.PIPE,
     )
     out, _ = await load_proc.communicate()
@@ -75,6 +81,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=50)
     parser.add_argument("--per-write", type=int, default=1)
+    parser.add_argument("--spread", type=float, default=1.0, help="seconds to start them over")
+    parser.add_argument("--dialect", default="chat", choices=("chat", "anthropic", "responses"))
+    parser.add_argument("--body-kb", type=int, default=0, help="agent-shaped bodies of ~K KB")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-profile", action="store_true", help="only the CPU per event")
     parser.add_argument("--naive", action="store_true", help="the naive pass-through instead")
@@ -93,6 +102,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     stub(args.without)
+    if not args.naive:
+        server.tune_gc()  # as the sseproxy command does at startup
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold)
     up_port = free_port()
@@ -116,7 +127,10 @@ def main() -> None:
     finally:
         upstream.terminate()
         upstream.wait(30)
-    print(f"proxy CPU under load: {cpu:.2f} s, {cpu / max(events, 1) * 1e6:.1f} µs per event")
+    print(
+        f"proxy CPU under load: {cpu:.2f} s, {cpu / max(events, 1) * 1e6:.1f} µs per event, "
+        f"{cpu / max(args.streams, 1) * 1e6:.0f} µs per request"
+    )
     if not args.no_profile:
         stats = pstats.Stats(profiler)
         if args.save:

@@ -13,7 +13,7 @@ from aiohttp import web
 from sseproxy.config import Route, Settings
 from sseproxy.core import EndReason
 from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
-from sseproxy.core.request import parse_body, request_facts
+from sseproxy.core.request import body_members, request_facts
 from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -75,7 +75,9 @@ async def admit(
     except InjectionError as exc:
         status = 403 if isinstance(exc, InjectionDisabled) else 400
         raise Refused(status, "injection", str(exc)) from exc
-    parsed = parse_body(body)  # one parse for the core's facts and for the body's secrets
+    # One look at the body for the core's facts and for its secrets: its top-level members,
+    # of which only the few these read are decoded.
+    parsed = body_members(body)
     asked = request_facts(request.path, request.query_string, body, parsed)
     secrets = x.facts.secrets.with_json_body(parsed)
     return x.facts.admitted(body, asked, rules, secrets)
