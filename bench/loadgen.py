@@ -1,7 +1,11 @@
 """Load generator: N concurrent streams, each event's delivery latency from its embedded send time.
 
 `python -m bench.loadgen URL --streams N --events E [--interval-ms I] [--per-write W]
-[--dialect chat|anthropic|responses] [--spread SECONDS]` prints one JSON object.
+[--dialect chat|anthropic|responses] [--spread SECONDS] [--body-kb K]` prints one JSON object.
+
+`--body-kb K`: each request sends a JSON body of about K KB shaped as a coding agent's turn
+(Codex sends ~40 KB to the Responses API: `model`, `instructions`, an `input` list of
+messages and tool calls, a `tools` list); without it, `{"stream": true}`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,74 @@ SEND_TIME = ((b'"t":', b"}"), (b'"obfuscation":"t', b'"'))
 TERMINALS = (b"data: [DONE]", b"event: message_stop", b"event: response.completed")
 
 
+def agent_body(kb: int) -> bytes:
+    """A Responses request of about `kb` KB, as Codex sends one turn (shape from Codex's
+    requests to /v1/responses: instructions, input messages, function calls and outputs,
+    function tools with JSON Schema parameters). Deterministic: every request the same."""
+    tools = [
+        {
+            "type": "function",
+            "name": name,
+            "description": f"{name}: runs a {name} step in the workspace and returns its output."
+            * 3,
+            "strict": False,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "array", "items": {"type": "string"}},
+                    "workdir": {"type": "string", "description": "working directory"},
+                    "timeout_ms": {"type": "number", "description": "timeout in ms"},
+                },
+                "required": ["command"],
+                "additionalProperties": False,
+            },
+        }
+        for name in ("shell", "apply_patch", "update_plan", "view_image", "read_file")
+    ]
+    line = 'fn main() {\n    println!("hello, world");\n}\n// 流式 note\n'
+    items: list[dict[str, object]] = []
+    body: dict[str, object] = {
+        "model": "gpt-5-codex",
+        "instructions": "You are a coding agent running in a terminal. " * 40,
+        "input": items,
+        "tools": tools,
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": False,
+        "stream": True,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "0199a4c2-bench-0000-0000-000000000000",
+    }
+    turn = 0
+    while len(json.dumps(body)) < kb * 1000:
+        turn += 1
+        items.append(
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": f"turn {turn}: fix the build " * 8}],
+            }
+        )
+        call = f"call_{turn:04d}"
+        items.append(
+            {
+                "type": "function_call",
+                "name": "shell",
+                "arguments": json.dumps({"command": ["cat", f"src/m{turn}.rs"]}),
+                "call_id": call,
+            }
+        )
+        items.append(
+            {
+                "type": "function_call_output",
+                "call_id": call,
+                "output": json.dumps({"output": line * 12, "metadata": {"exit_code": 0}}),
+            }
+        )
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
 class Tally:
     def __init__(self) -> None:
         self.latencies_ns: list[int] = []
@@ -28,12 +100,16 @@ class Tally:
         self.failed = 0
 
 
-async def one_stream(session: aiohttp.ClientSession, url: str, delay: float, tally: Tally) -> None:
+async def one_stream(
+    session: aiohttp.ClientSession, url: str, delay: float, tally: Tally, body: bytes
+) -> None:
     await asyncio.sleep(delay)
     start = time.monotonic_ns()
     buffer = b""
     try:
-        async with session.post(url, data=b'{"stream": true}') as resp:
+        async with session.post(
+            url, data=body, headers={"Content-Type": "application/json"}
+        ) as resp:
             tally.ttfb_ns.append(time.monotonic_ns() - start)
             async for chunk in resp.content.iter_any():
                 now = time.monotonic_ns()
@@ -78,13 +154,14 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
     }
     url = args.url.rstrip("/") + path[args.dialect] + query
     tally = Tally()
+    body = agent_body(args.body_kb) if args.body_kb else b'{"stream": true}'
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None)
     started = time.monotonic()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await asyncio.gather(
             *(
-                one_stream(session, url, args.spread * i / args.streams, tally)
+                one_stream(session, url, args.spread * i / args.streams, tally, body)
                 for i in range(args.streams)
             )
         )
@@ -116,6 +193,7 @@ def main() -> None:
     parser.add_argument("--per-write", type=int, default=1)
     parser.add_argument("--dialect", default="chat")
     parser.add_argument("--spread", type=float, default=0.0)
+    parser.add_argument("--body-kb", type=int, default=0, help="an agent-shaped body of ~K KB")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
 

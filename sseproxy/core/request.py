@@ -3,10 +3,12 @@ once and hands these few facts to the tap, which checks the response against the
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+import msgspec
 import orjson
 
 from sseproxy.core.mcp_request import (
@@ -65,6 +67,62 @@ class RequestFacts:
         return self.rpc_method == LISTEN
 
 
+# A JSON object split into its top-level members, each value left undecoded: the nested rest
+# (an agent's `input` and `tools`, ~40 KB a turn) is checked for syntax but builds no object.
+_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ABSENT = object()
+
+
+class Members(Mapping[str, Any]):
+    """A request body's top-level members, each value decoded when first asked for. Facts and
+    secrets read a handful of small members; decoding the whole body (thousands of objects for
+    an agent's turn) cost more CPU than the rest of the request's set-up, in parse and in GC."""
+
+    __slots__ = ("_decoded", "_raw")
+
+    def __init__(self, raw: dict[str, msgspec.Raw]) -> None:
+        self._raw = raw
+        self._decoded: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The member's value (`default` when absent, or when its JSON cannot be decoded
+        alone: a number beyond a double or a 64-bit integer, as orjson refuses)."""
+        value = self._decoded.get(key, _ABSENT)
+        if value is _ABSENT:
+            raw = self._raw.get(key)
+            if raw is None:
+                return default
+            try:
+                value = orjson.loads(memoryview(raw))
+            except orjson.JSONDecodeError:
+                value = _ABSENT
+            self._decoded[key] = value
+        return default if value is _ABSENT else value
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+def body_members(body: bytes) -> Members | None:
+    """A request body's top-level members (best effort: None unless the body is one JSON
+    object, within the bound). As `parse_body`, but only the members read get decoded."""
+    if body and len(body) <= MAX_PARSED_BODY_BYTES and body.lstrip()[:1] == b"{":
+        try:
+            return Members(_MEMBERS.decode(body))
+        except msgspec.DecodeError:
+            return None
+    return None
+
+
 def parse_body(body: bytes) -> Any:
     """A request body's JSON object (best effort: None unless it is one, within the bound)."""
     if body and len(body) <= MAX_PARSED_BODY_BYTES and body.lstrip()[:1] == b"{":
@@ -79,17 +137,18 @@ def request_facts(
     path: str, query: str, body: bytes, parsed: Any = ..., mcp_version: str | None = None
 ) -> RequestFacts:
     """Facts from the decoded request path, its query string and its body (best effort).
-    `parsed`: `parse_body(body)`, when the caller has it already (one parse per request);
-    `mcp_version`: the request's `MCP-Protocol-Version` header."""
-    obj = parse_body(body) if parsed is ... else parsed
-    fields: dict[str, Any] = obj if isinstance(obj, dict) else {}
+    `parsed`: `body_members(body)` (or `parse_body(body)`), when the caller has it already
+    (one parse per request); `mcp_version`: the request's `MCP-Protocol-Version` header."""
+    obj = body_members(body) if parsed is ... else parsed
+    fields: Members | dict[str, Any] = obj if isinstance(obj, Members | dict) else {}
     model = fields.get("model")
     if not isinstance(model, str):
         model = _model_from_path(path)
     stream: bool | None = None
     framing = True
-    if isinstance(fields.get("stream"), bool):
-        stream = fields["stream"]
+    asked_stream = fields.get("stream")
+    if isinstance(asked_stream, bool):
+        stream = asked_stream
     elif path.endswith(STREAM_BY_DEFAULT_SUFFIXES):
         stream = True
     if path.endswith(STREAMING_PATH_SUFFIXES):

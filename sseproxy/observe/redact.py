@@ -19,7 +19,7 @@ from urllib.parse import unquote, unquote_plus
 
 import orjson
 
-from sseproxy.core.request import parse_body
+from sseproxy.core.request import Members, body_members
 
 REDACTED = "[redacted]"
 MASK = "*"
@@ -207,7 +207,7 @@ class Secrets:
         found: set[str] = set()
         _header_secrets(headers, found)
         _target_secrets(raw_target, found)
-        found.update(_json_values(parse_body(body)))
+        found.update(_json_values(body_members(body)))
         return cls(tuple(found))
 
     @classmethod
@@ -234,7 +234,7 @@ class Secrets:
 
     def with_body(self, body: bytes) -> Secrets:
         """These secrets plus the body's (for a value built before the body was read)."""
-        return self.with_json_body(parse_body(body))
+        return self.with_json_body(body_members(body))
 
     def with_json_body(self, obj: object) -> Secrets:
         """These secrets plus those of a body the caller parsed already (one parse per
@@ -434,6 +434,9 @@ def _header_values(name: str, value: str, found: set[str]) -> None:
 
 
 def _json_values(obj: object) -> list[str]:
-    if not isinstance(obj, dict):
+    """The string values of a JSON object's top-level members named as credentials (only
+    those members are decoded from a body's `Members`)."""
+    if not isinstance(obj, dict | Members):
         return []
-    return [v for k, v in obj.items() if is_secret_key(k) and isinstance(v, str)]
+    found = (obj.get(k) for k in obj if is_secret_key(k))
+    return [v for v in found if isinstance(v, str)]

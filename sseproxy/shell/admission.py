@@ -13,7 +13,7 @@ from aiohttp import web
 from sseproxy.config import Route, Settings
 from sseproxy.core import EndReason
 from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
-from sseproxy.core.request import parse_body, request_facts
+from sseproxy.core.request import body_members, request_facts
 from sseproxy.core.request_body import decode_request_body
 from sseproxy.intercept.destination import intercepted_route
 from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
@@ -82,7 +82,9 @@ async def admit(
     # A compressed body is decoded (bounded) for the facts; the upstream gets it as sent.
     plain = decode_request_body(body, request.headers.get("Content-Encoding"))
     facts_body = plain if isinstance(plain, bytes) else b""
-    parsed = parse_body(facts_body)  # one parse for the core's facts and the body's secrets
+    # One look at the body for the core's facts and for its secrets: its top-level members,
+    # of which only the few these read are decoded.
+    parsed = body_members(facts_body)
     version = request.headers.get("MCP-Protocol-Version")
     asked = request_facts(request.path, request.query_string, facts_body, parsed, version)
     secrets = x.facts.secrets.with_json_body(parsed)

@@ -232,6 +232,37 @@ def test_a_ledger_of_no_streams_links_nothing() -> None:
     assert ledger.link(ended("q1"), now=1.0).retry is None and len(ledger) == 0
 
 
+def test_a_re_sent_request_is_judged_by_the_newest_stream_of_its_body() -> None:
+    ledger = Ledger(LedgerLimits())
+    ledger.link(ended("q0"), now=0.0)  # cut
+    ledger.link(ended("q1", state=State.COMPLETED), now=1.0)  # the same body, then answered
+    assert ledger.link(ended("q2"), now=2.0).retry is None  # the newest of that body completed
+    retry = ledger.link(ended("q3", body=b"other"), now=3.0).retry
+    assert retry is None
+
+
+def test_a_retry_is_found_after_an_older_stream_of_its_body_left_the_ledger() -> None:
+    ledger = Ledger(LedgerLimits(streams=3, seconds=60))
+    ledger.link(ended("q0"), now=0.0)
+    assert (ledger.link(ended("q1"), now=1.0).retry or {}).get("of") == "q0"
+    ledger.link(ended("q2", body=b"b"), now=2.0)
+    ledger.link(ended("q3", body=b"c"), now=3.0)  # q0 leaves: the cap is 3
+    assert [k.original.request_id for k in ledger.newest()] == ["q3", "q2", "q1"]
+    assert (ledger.link(ended("q4"), now=4.0).retry or {}).get("of") == "q1"
+    for n in range(5, 8):  # q1, q2, q3 and q4 leave
+        ledger.link(ended(f"q{n}", body=str(n).encode()), now=float(n))
+    assert ledger.link(ended("q8"), now=8.0).retry is None  # no stream of that body is kept
+
+
+def test_a_stream_kept_again_under_its_id_answers_for_its_new_body_only() -> None:
+    ledger = Ledger(LedgerLimits())
+    ledger.link(ended("q0"), now=0.0)
+    ledger.link(ended("q1"), now=1.0)
+    ledger.link(ended("q1", body=b"other"), now=2.0)  # the same id kept again, another body
+    assert (ledger.link(ended("q2"), now=3.0).retry or {}).get("of") == "q0"
+    assert (ledger.link(ended("q3", body=b"other"), now=4.0).retry or {}).get("of") == "q1"
+
+
 def test_body_key_tells_requests_apart() -> None:
     assert body_key("POST", "/a", b"x") == body_key("POST", "/a", b"x")
     assert body_key("POST", "/a", b"x") != body_key("POST", "/ax", b"")
