@@ -21,12 +21,20 @@ from tests.integration.ws_upstream import WsUpstream
 openai = pytest.importorskip("openai")
 pytest.importorskip("websockets")
 
+
+def _beta_responses() -> object:
+    """openai's beta Responses resources, or None where this openai has none (the floor's
+    1.66 has no `openai.resources.beta.responses`)."""
+    try:
+        return importlib.import_module("openai.resources.beta.responses")
+    except ImportError:
+        return None
+
+
 pytestmark = [
     pytest.mark.skipif(not SESSIONS_SUPPORTED, reason="WebSocket sessions need aiohttp 3.14"),
     pytest.mark.skipif(
-        not hasattr(
-            importlib.import_module("openai.resources.beta.responses").AsyncResponses, "connect"
-        ),
+        not hasattr(getattr(_beta_responses(), "AsyncResponses", None), "connect"),
         reason="this openai has no client.beta.responses.connect() (steering, lanes)",
     ),
 ]
