@@ -80,6 +80,8 @@ MAX_MEANING_BODY_BYTES = 1024 * 1024
 # (or without streaming) differs in these only. `type` is a WebSocket message's
 # (`response.create`).
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options", "type"})
+# A client's turn id is a UUID (Codex); a longer value is no id of that kind.
+MAX_TURN_ID_CHARS = 128
 
 
 class LinkedBy(StrEnum):
@@ -89,6 +91,7 @@ class LinkedBy(StrEnum):
     SAME_MEANING = "same_meaning"
     WITHOUT_STREAM = "without_stream"
     WEBSOCKET_FALLBACK = "websocket_fallback"
+    SAME_TURN = "same_turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +99,17 @@ class BodyKeys:
     """A request's identities, to recognise it sent again. `exact`: method, target, bytes.
     `meaning`: method, target and the parsed JSON object (keys sorted, spacing aside).
     `asked`: the target and that object without its TRANSPORT_FIELDS (what is asked, however
-    it travels). `streamed`: it asked for a stream (`"stream": true`, or a WebSocket turn)."""
+    it travels). `streamed`: it asked for a stream (`"stream": true`, or a WebSocket turn).
+    `turn`: the target and the turn id the client names in its body (Codex's
+    `client_metadata.turn_id`), which stays the same when the client re-sends a turn in
+    another shape: over HTTP after the WebSocket, the whole input instead of a continuation."""
 
     exact: str | None = None
     meaning: str | None = None
     asked: str | None = None
     streamed: bool = False
     websocket: bool = False
+    turn: str | None = None
 
 
 def _digest(*parts: bytes) -> str:
@@ -137,7 +144,17 @@ def body_keys(
     asked_key = _digest(target, asked)
     meaning = _digest(method.encode(), target, asked_key.encode(), travels)
     streamed = websocket or obj.get("stream") is True
-    return BodyKeys(exact, meaning, asked_key, streamed, websocket)
+    return BodyKeys(exact, meaning, asked_key, streamed, websocket, client_turn(target, obj))
+
+
+def client_turn(target: bytes, obj: dict[str, Any]) -> str | None:
+    """The turn the client says a request belongs to, digested with its target: Codex's
+    `client_metadata.turn_id` (a UUID; longer than MAX_TURN_ID_CHARS is not taken)."""
+    metadata = obj.get("client_metadata")
+    turn = metadata.get("turn_id") if isinstance(metadata, dict) else None
+    if not isinstance(turn, str) or not turn or len(turn) > MAX_TURN_ID_CHARS:
+        return None
+    return _digest(b"turn", target, turn.encode("utf-8", "surrogatepass"))
 
 
 def linked_by(kept: BodyKeys, new: BodyKeys) -> LinkedBy | None:
@@ -146,12 +163,17 @@ def linked_by(kept: BodyKeys, new: BodyKeys) -> LinkedBy | None:
         return LinkedBy.SAME_BODY
     if kept.meaning is not None and kept.meaning == new.meaning and kept.websocket == new.websocket:
         return LinkedBy.SAME_MEANING
-    if kept.asked is None or kept.asked != new.asked:
-        return None
-    if kept.websocket and not new.websocket:
-        return LinkedBy.WEBSOCKET_FALLBACK
-    if kept.streamed and not new.streamed and not new.websocket:
-        return LinkedBy.WITHOUT_STREAM
+    if kept.asked is not None and kept.asked == new.asked:
+        if kept.websocket and not new.websocket:
+            return LinkedBy.WEBSOCKET_FALLBACK
+        if kept.streamed and not new.streamed and not new.websocket:
+            return LinkedBy.WITHOUT_STREAM
+    if kept.turn is not None and kept.turn == new.turn:
+        # the same turn in another shape: Codex's fallback sends the whole conversation where
+        # its WebSocket turn continued the previous response
+        if kept.websocket and not new.websocket:
+            return LinkedBy.WEBSOCKET_FALLBACK
+        return LinkedBy.SAME_TURN
     return None
 
 

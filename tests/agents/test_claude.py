@@ -59,6 +59,7 @@ def test_cut_is_retried(agent_run: AgentRunner) -> None:
     assert mine[0]["interruption"]["reason"] == "upstream_closed"  # type: ignore[index]
     assert len(run.seen) == 2
     assert "cuts: 1 upstream_closed by the upstream" in run.stderr
+    assert mine[1]["retry"]["of"] == mine[0]["request_id"], run.explain()  # type: ignore[index]
 
 
 def test_in_band_overloaded_error(agent_run: AgentRunner) -> None:
@@ -74,6 +75,9 @@ def test_in_band_overloaded_error(agent_run: AgentRunner) -> None:
     streamed = [s for s in run.seen if b'"stream":true' in s.body.replace(b" ", b"")]
     assert len(streamed) == sum(r["stream"] is True for r in mine)
     assert len(mine) == len(run.seen)
+    # the same turn asked again without `stream`: linked to the streamed attempt
+    again = next(r for r in mine[1:] if r["stream"] is not True)
+    assert again["retry"]["linked_by"] == "without_stream", run.explain()  # type: ignore[index]
 
 
 def test_rate_limit_is_retried(agent_run: AgentRunner) -> None:
@@ -85,3 +89,4 @@ def test_rate_limit_is_retried(agent_run: AgentRunner) -> None:
         run.explain()
     )
     assert mine[0]["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert mine[1]["retry"]["of"] == mine[0]["request_id"], run.explain()  # type: ignore[index]

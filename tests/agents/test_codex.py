@@ -117,6 +117,11 @@ def test_in_band_failure_over_the_websocket_falls_back_to_http(agent_run: AgentR
         ("http", "server_error"),
     }
     assert f"streams: {len(failed)} failed" in run.stderr
+    # every attempt after the first is linked to the one before it; the first over HTTP as
+    # the WebSocket's fallback
+    first_post = next(r for r in failed if r.get("transport", "http") == "http")
+    assert first_post["retry"]["linked_by"] == "websocket_fallback", run.explain()
+    assert all(r.get("retry") for r in failed[1:]), run.explain()
 
 
 def test_answer_over_http(agent_run: AgentRunner) -> None:
@@ -139,6 +144,9 @@ def test_cut_over_http_is_retried(agent_run: AgentRunner) -> None:
     assert [r["state"] for r in turns] == ["interrupted", "completed"], run.explain()
     assert turns[0]["interruption"]["reason"] == "upstream_closed"
     assert len(run.seen) == 2
+    # Codex writes client_metadata from a hash map: the retry is the same request by meaning
+    assert turns[1]["retry"]["of"] == turns[0]["request_id"], run.explain()
+    assert turns[1]["retry"]["linked_by"] in ("same_body", "same_meaning")
 
 
 def test_rate_limit_over_http_is_retried(agent_run: AgentRunner) -> None:

@@ -16,6 +16,7 @@ import pytest
 from sseproxy.core import State
 from sseproxy.shell.ledger import (
     MAX_MEANING_BODY_BYTES,
+    MAX_TURN_ID_CHARS,
     BodyKeys,
     Ended,
     Ledger,
@@ -186,3 +187,77 @@ def test_the_keys_of_one_request_cost_a_bounded_digest() -> None:
     keys = body_keys("POST", "/v1/responses", orjson.dumps(CODEX))
     assert all(len(k) == 32 for k in (keys.exact, keys.meaning, keys.asked) if k is not None)
     assert keys.streamed and not keys.websocket
+
+
+# Codex CLI 0.171.0's shapes, as tests/agents saw them (`error-codex-ws`): its WebSocket turn
+# continues the warm-up response (`previous_response_id`, the new input only) with WebSocket
+# keys in `client_metadata`; its HTTP fallback sends the whole conversation, the same
+# `turn_id` in `client_metadata`.
+TURN_ID = "01a23b0d-cc67-7723-a620-d396be3b64a3"
+SESSION = "01a23b0d-cc40-74a1-a1ee-20ef78b24bba"
+USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+SYSTEM = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "s"}]}
+
+
+def codex_ws_turn(turn_id: str = TURN_ID) -> bytes:
+    metadata = {
+        "session_id": SESSION,
+        "x-codex-ws-stream-request-start-ms": "1796287089891",
+        "turn_id": turn_id,
+    }
+    return orjson.dumps(
+        {
+            "type": "response.create",
+            "model": "gpt-5-codex",
+            "previous_response_id": "resp_agent1",
+            "input": [USER],
+            "stream": True,
+            "client_metadata": metadata,
+        }
+    )
+
+
+def codex_http_turn(turn_id: str = TURN_ID) -> bytes:
+    metadata = {"turn_id": turn_id, "session_id": SESSION, "x-codex-turn-metadata": "{}"}
+    body = {"model": "gpt-5-codex", "input": [SYSTEM, USER], "stream": True}
+    return orjson.dumps({**body, "client_metadata": metadata})
+
+
+def test_codex_fallback_with_the_whole_conversation_is_linked_by_its_turn() -> None:
+    """The fallback is not the same request in another envelope: only the turn id says so."""
+    turn = body_keys("GET", "/v1/responses", codex_ws_turn(), websocket=True)
+    first = ended("turn-1", b"", State.FAILED, keys=turn, websocket=True)
+    retry = link(first, ended("http-1", codex_http_turn()))
+    assert retry is not None and (retry["of"], retry["linked_by"]) == (
+        "turn-1",
+        "websocket_fallback",
+    )
+
+
+def test_the_same_turn_sent_again_in_another_shape_is_the_same_turn() -> None:
+    first = ended("a", codex_http_turn(), State.FAILED)
+    again = orjson.loads(codex_http_turn())
+    again["input"] = [USER]  # another shape of the same turn
+    retry = link(first, ended("b", orjson.dumps(again)))
+    assert retry is not None and retry["linked_by"] == "same_turn"
+
+
+def test_another_turn_is_no_retry() -> None:
+    turn = body_keys("GET", "/v1/responses", codex_ws_turn(), websocket=True)
+    first = ended("turn-1", b"", State.FAILED, keys=turn, websocket=True)
+    assert (
+        link(first, ended("http-1", codex_http_turn("01a23b0d-0000-0000-0000-000000000000")))
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("chars", "linked"), [(MAX_TURN_ID_CHARS, True), (MAX_TURN_ID_CHARS + 1, False)]
+)
+def test_a_turn_id_is_taken_up_to_its_bound(chars: int, linked: bool) -> None:
+    turn_id = "t" * chars
+    first = ended("a", codex_http_turn(turn_id), State.FAILED)
+    again = orjson.loads(codex_http_turn(turn_id))
+    again["input"] = [USER]
+    retry = link(first, ended("b", orjson.dumps(again)))
+    assert (retry is not None) is linked
