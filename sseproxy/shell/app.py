@@ -86,6 +86,7 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     x = Exchange(request)
     try:
         try:
+            await state.steps.wait()  # a burst of requests is admitted over several iterations
             x.facts = await admit(request, x, state, settings)
             if ws_handshake.asks_for_websocket(request):
                 ws_handshake.check(request)  # before any upstream is contacted
@@ -103,12 +104,16 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             break_downstream(request)
             return web.Response(status=500)
     finally:
-        tap = x.progress.tap
-        if tap is not None and tap.backlog:  # after the client's response has ended
-            await analyse_backlog(tap, lambda: state.shutting_down, state.analysis)
-        if not x.progress.upgraded:  # a session wrote its own records
-            finish(state, x, settings.content_timeout, request.app[LEDGER])
-        release(state, x)
+        try:
+            tap = x.progress.tap
+            if tap is not None and tap.backlog:  # after the client's response has ended
+                await analyse_backlog(tap, lambda: state.shutting_down, state.analysis)
+            if not x.progress.upgraded:
+                await state.steps.wait()  # as many records at once (clients that left together)
+        finally:  # written even when cancelled meanwhile
+            if not x.progress.upgraded:  # a session wrote its own records
+                finish(state, x, settings.content_timeout, request.app[LEDGER])
+            release(state, x)
 
 
 def finish(

@@ -287,6 +287,7 @@ async def relay(
         budget=state.held,
         idle_timeout=settings.idle_timeout,
         turns=state.analysis,
+        steps=state.steps,
     )
     relay.upstream = upstream
     waiting.hand_over(upstream, relay)

@@ -30,6 +30,7 @@ from sseproxy.inspector.endpoints import StreamView
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.delivery import ClientDelivery, ContentWatch
 from sseproxy.shell.errors import Ended
+from sseproxy.shell.pacing import LoopTurns
 from sseproxy.shell.state import Timings
 from sseproxy.shell.turns import AnalysisTurns
 
@@ -168,6 +169,7 @@ class Relay:
         "idle_timeout",
         "mark",
         "parts",
+        "steps",
         "transform",
         "turns",
         "upstream",
@@ -182,9 +184,11 @@ class Relay:
         budget: HeldBytes,
         idle_timeout: float,
         turns: AnalysisTurns | None = None,
+        steps: LoopTurns | None = None,
     ) -> None:
         self.parts = parts
         self.turns = turns if turns is not None else AnalysisTurns()
+        self.steps = steps if steps is not None else LoopTurns()
         self.transform = transform
         self.mark = mark
         self.budget = budget
@@ -210,7 +214,7 @@ class Relay:
         parts.pacing.first_byte(arrived)
         if parts.capture is not None:
             parts.capture.chunk(chunk, arrived)
-        if self._direct:
+        if self._direct and self.steps.free():
             try:
                 if not self._write_now(chunk, arrived, arrived):
                     self._client_gone()
@@ -310,6 +314,7 @@ class Relay:
         was written."""
         parts = self.parts
         delivery = parts.delivery
+        await self.steps.wait()  # one read relayed per step: a burst spreads over iterations
         try:
             if delivery.direct and delivery.started:
                 now = time.monotonic()
@@ -324,8 +329,13 @@ class Relay:
                 try:
                     await delivery.write(out)
                 finally:  # counted even when the write failed: these bytes did arrive
-                    now = parts.watch.last = time.monotonic()
-                    self._account(arrived, now, len(out), parts.tap.feed(out))
+                    try:
+                        # A write that waited for its client may end with hundreds of others
+                        # (clients that left together): the analysis takes a step of its own.
+                        await self.steps.wait()
+                    finally:
+                        now = parts.watch.last = time.monotonic()
+                        self._account(arrived, now, len(out), parts.tap.feed(out))
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks

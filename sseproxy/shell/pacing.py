@@ -1,0 +1,109 @@
+"""The bulk work each loop iteration may start, across all HTTP exchanges.
+
+Each step of the proxy's own work is short: admitting a request, relaying one read to its
+client, building one record. But 300 requests that arrive at once are 300 admissions in the
+same loop iteration, then 300 relays whose first reads are ready together, then 300 records
+when their clients leave: hundreds of milliseconds before the loop polls again, and a health
+check needs a few polls. `LoopTurns` bounds that: a step starts at once while the current
+iteration has run for less than its budget and nobody waits; otherwise it waits, first come
+first served, for a later iteration. Each new iteration lets through about as many waiting
+steps as the budget pays for (by what the steps of the last one cost, at least one), so a
+burst spreads over iterations with other work (healthz) between them, and the work still
+goes on at full speed when it is alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+# Wall time an iteration may have spent on gated steps before the next step waits (measured
+# from the iteration's first step: what else ran meanwhile counts too). Like the analysis'
+# turns (`turns.TURN_BUDGET_S`), about what healthz itself costs.
+STEP_BUDGET_S = 0.001
+# Waiting steps let through by one new iteration at most, however cheap the last ones were.
+MOST_PER_ITERATION = 64
+
+
+class LoopTurns:
+    """Hands out steps of bulk work within `budget` seconds per loop iteration, FIFO."""
+
+    __slots__ = (
+        "_clock",
+        "_granted",
+        "_loop",
+        "_started",
+        "_waiters",
+        "budget",
+        "most",
+        "waited",
+    )
+
+    def __init__(
+        self,
+        budget: float = STEP_BUDGET_S,
+        most: int = MOST_PER_ITERATION,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.budget = budget
+        self.most = most
+        self.waited = 0  # steps that had to wait (tests and benchmarks read it)
+        self._clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started: float | None = None  # the current iteration's first step
+        self._granted = 0  # steps let through in the current iteration
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def free(self) -> bool:
+        """Whether a step may run now, in this iteration (then it is counted as started);
+        for callbacks, which cannot wait: on False they hand the step to a task that does."""
+        self._begin(asyncio.get_running_loop())
+        assert self._started is not None
+        if self._waiters or self._clock() - self._started >= self.budget:
+            return False
+        self._granted += 1
+        return True
+
+    async def wait(self) -> None:
+        """Returns when a step may run: at once, or in a later iteration, in order of asking
+        (raises CancelledError while waiting)."""
+        if self.free():
+            return
+        self.waited += 1
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if not waiter.done():
+                self._waiters.remove(waiter)
+            raise
+
+    def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:  # a new loop (tests): nothing of the old one carries over
+            self._loop, self._started, self._granted, self._waiters = loop, None, 0, deque()
+        if self._started is None:
+            self._started = self._clock()
+            self._granted = 0
+            loop.call_soon(self._end_iteration)  # after this iteration's other callbacks
+
+    def _end_iteration(self) -> None:
+        started, granted = self._started, self._granted
+        self._started = None
+        waiters = self._waiters
+        if not waiters or started is None or self._loop is None:
+            return
+        per_step = (self._clock() - started) / max(granted, 1)
+        count = max(1, min(self.most, int(self.budget / per_step) if per_step > 0 else self.most))
+        woken = 0
+        while waiters and woken < count:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                woken += 1
+        # The woken steps run in the next iteration: it is measured from now, and it ends
+        # (scheduled after them) by letting the next waiters through.
+        self._begin(self._loop)
+        self._granted = woken
