@@ -86,7 +86,6 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     x = Exchange(request)
     try:
         try:
-            await state.steps.wait()  # a burst of requests is admitted over several iterations
             x.facts = await admit(request, x, state, settings)
             if ws_handshake.asks_for_websocket(request):
                 ws_handshake.check(request)  # before any upstream is contacted
@@ -182,6 +181,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Never an open proxy; the proxy's own endpoints only for whom admin.py allows; every
     target, whatever it holds, answered by the proxy itself (never by aiohttp's text 404)."""
+    if not request.raw_path.startswith(OWN_PREFIX):  # the proxy's own answers never wait
+        # A burst of requests is taken in over several loop iterations.
+        await request.app[STATE].steps.wait()
     if request.method == "CONNECT":
         return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):

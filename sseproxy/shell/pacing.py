@@ -6,10 +6,10 @@ same loop iteration, then 300 relays whose first reads are ready together, then 
 when their clients leave: hundreds of milliseconds before the loop polls again, and a health
 check needs a few polls. `LoopTurns` bounds that: a step starts at once while the current
 iteration has run for less than its budget and nobody waits; otherwise it waits, first come
-first served, for a later iteration. Each new iteration lets through about as many waiting
-steps as the budget pays for (by what the steps of the last one cost, at least one), so a
-burst spreads over iterations with other work (healthz) between them, and the work still
-goes on at full speed when it is alone.
+first served, for a later iteration. Each new iteration lets through a batch of waiting steps
+(at least one), halved after an iteration of woken steps that ran over the budget and doubled
+after one that used less than half of it, so a burst spreads over iterations with other work
+(healthz) between them, and the work still goes on at full speed when it is alone.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ class LoopTurns:
 
     __slots__ = (
         "_clock",
-        "_granted",
         "_loop",
         "_started",
         "_waiters",
+        "_woke",
+        "batch",
         "budget",
         "most",
         "waited",
@@ -53,18 +54,18 @@ class LoopTurns:
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started: float | None = None  # the current iteration's first step
-        self._granted = 0  # steps let through in the current iteration
+        self._woke = 0  # of which waiters woken by the last iteration
+        # Waiters the next iteration lets through: halved when an iteration of woken steps
+        # ran over the budget, doubled when it used less than half (a step's cost varies).
+        self.batch = 1
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     def free(self) -> bool:
-        """Whether a step may run now, in this iteration (then it is counted as started);
-        for callbacks, which cannot wait: on False they hand the step to a task that does."""
+        """Whether a step may run now, in this iteration; for callbacks, which cannot wait:
+        on False they hand the step to a task that does."""
         self._begin(asyncio.get_running_loop())
         assert self._started is not None
-        if self._waiters or self._clock() - self._started >= self.budget:
-            return False
-        self._granted += 1
-        return True
+        return not self._waiters and self._clock() - self._started < self.budget
 
     async def wait(self) -> None:
         """Returns when a step may run: at once, or in a later iteration, in order of asking
@@ -83,22 +84,28 @@ class LoopTurns:
 
     def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:  # a new loop (tests): nothing of the old one carries over
-            self._loop, self._started, self._granted, self._waiters = loop, None, 0, deque()
+            self._loop, self._started, self._waiters = loop, None, deque()
+            self._woke, self.batch = 0, 1
         if self._started is None:
             self._started = self._clock()
-            self._granted = 0
             loop.call_soon(self._end_iteration)  # after this iteration's other callbacks
 
     def _end_iteration(self) -> None:
-        started, granted = self._started, self._granted
-        self._started = None
+        started, woke = self._started, self._woke
+        self._started, self._woke = None, 0
         waiters = self._waiters
-        if not waiters or started is None or self._loop is None:
+        if started is None or self._loop is None:
             return
-        per_step = (self._clock() - started) / max(granted, 1)
-        count = max(1, min(self.most, int(self.budget / per_step) if per_step > 0 else self.most))
+        if woke:  # the iteration ran steps woken by the last one: did they fit the budget?
+            elapsed = self._clock() - started
+            if elapsed > self.budget:
+                self.batch = max(1, self.batch // 2)
+            elif elapsed < self.budget / 2:
+                self.batch = min(self.most, self.batch * 2)
+        if not waiters:
+            return
         woken = 0
-        while waiters and woken < count:
+        while waiters and woken < self.batch:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
@@ -106,4 +113,4 @@ class LoopTurns:
         # The woken steps run in the next iteration: it is measured from now, and it ends
         # (scheduled after them) by letting the next waiters through.
         self._begin(self._loop)
-        self._granted = woken
+        self._woke = woken

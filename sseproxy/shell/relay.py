@@ -204,6 +204,11 @@ class Relay:
         self._failure: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
 
+    @property
+    def paused(self) -> bool:
+        """Whether the relay has paused its upstream (it resumes it itself)."""
+        return self._paused
+
     # -- the upstream's callbacks (synchronous, in order) --------------------------------
 
     def on_body(self, chunk: bytes) -> None:
@@ -282,10 +287,14 @@ class Relay:
     async def _write_pending(self) -> None:
         """Each pending chunk through the transformation, written in order."""
         batch, self._pending = self._pending, []
-        self._pending_bytes = 0
-        for chunk, arrived in batch:
+        for n, (chunk, arrived) in enumerate(batch):
+            # One read relayed per step: a burst spreads over loop iterations. Until then the
+            # chunk counts against the client's mark and the proxy's cap, as pending.
+            await self.steps.wait()
+            self._pending_bytes -= len(chunk)
             await self._write_all(self.transform.feed(chunk), arrived)
             if self.transform.done:
+                self._pending_bytes -= sum(len(rest) for rest, _ in batch[n + 1 :])
                 return
         if self.parts.tap.backlog:
             await self._analyse()
@@ -314,7 +323,6 @@ class Relay:
         was written."""
         parts = self.parts
         delivery = parts.delivery
-        await self.steps.wait()  # one read relayed per step: a burst spreads over iterations
         try:
             if delivery.direct and delivery.started:
                 now = time.monotonic()
@@ -419,6 +427,7 @@ class Relay:
             await asyncio.sleep(step.interval_ms / 1000)
             if stalls is not None and stalls.expired:
                 raise Ended(EndReason.CONTENT_TIMEOUT, "drill: keep-alives only, no content")
+            await self.steps.wait()
             self.parts.watch.last = await self._emit(step.data, time.monotonic())
         raise Ended(EndReason.IDLE_TIMEOUT, "drill: the keep-alive stall reached its bound")
 

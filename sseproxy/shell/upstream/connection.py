@@ -184,12 +184,15 @@ class Exchange:
         held = self.hold
         if held is None or self.paused or self.ended is not None:
             return
-        self.hold = None
-        for data in held:
+        while held:
+            data = held.pop(0)
             if self.ended is None:
                 self.feed(data)
             else:
                 self.conn.stray(len(data))
+            if self.paused and self.ended is None and held:
+                return  # the receiver paused: the rest waits for resume_reading, in order
+        self.hold = None
         if self.ended is None and self.parser.complete:
             self.feed(b"")  # a bodiless response (HEAD, 204, 304) ends here
         if self.ended is None and self.lost_with is not None:
