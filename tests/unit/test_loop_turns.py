@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from sseproxy.shell.budget import LoopShare
 from sseproxy.shell.pacing import MOST_PER_ITERATION, STEP_BUDGET_S, LoopTurns
 
 
@@ -159,3 +160,39 @@ def test_a_new_loop_starts_afresh() -> None:
 
     asyncio.run(spend())
     assert asyncio.run(fresh())
+
+
+async def test_sessions_waiting_for_the_shared_turn_are_called_back_one_per_iteration() -> None:
+    """WebSocket sessions past the per-iteration share (shell/budget.py, LoopShare) wait in
+    order and are called back, one per loop iteration, never polled: 200 sessions polling
+    every iteration cost the loop more than their work (bench.fairness, ws-slow-clients)."""
+    share = LoopShare(100)
+    iterations = Iterations()
+    await asyncio.sleep(0)
+    share.spend(100)
+    assert share.spent_out()
+    called: list[tuple[int, int]] = []
+    for n in range(50):
+        share.wait(lambda n=n: called.append((n, iterations.count)))
+    assert share.spent_out()  # others wait: a newcomer waits too, even with budget left
+    async with asyncio.timeout(5):
+        while len(called) < 50:
+            await asyncio.sleep(0)
+    iterations.stop()
+    assert [n for n, _ in called] == list(range(50))
+    assert len({it for _, it in called}) == 50  # one per iteration
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not share.spent_out()  # nobody waits, nothing spent: work goes on at once
+
+
+async def test_a_cancelled_turn_does_not_stop_the_others() -> None:
+    share = LoopShare(100)
+    share.spend(100)
+    first = asyncio.create_task(share.turn())
+    second = asyncio.create_task(share.turn())
+    await asyncio.sleep(0)
+    first.cancel()
+    async with asyncio.timeout(1):
+        await second
+    assert first.cancelled() and second.done()
