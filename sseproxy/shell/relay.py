@@ -9,6 +9,9 @@ client's drain, writes them, and resumes the upstream. The task also carries eve
 waits: a drill's pauses, stalls and cuts, the analysis in slices of a compressed body or of a
 costly read (the tap analyses one slice per call: the bytes are written first,
 the analysis follows between other streams' work), and every write when the accelerator is off.
+Each read relayed takes a step of the proxy's `LoopTurns` (pacing.py): when hundreds of streams
+have reads ready in the same loop iteration, the ones past its budget are written by their
+tasks in later iterations, in order.
 """
 
 from __future__ import annotations
