@@ -104,12 +104,16 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
             break_downstream(request)
             return web.Response(status=500)
     finally:
-        tap = x.progress.tap
-        if tap is not None and tap.backlog:  # after the client's response has ended
-            await analyse_backlog(tap, lambda: state.shutting_down, state.analysis)
-        if not x.progress.upgraded:  # a session wrote its own records
-            finish(state, x, settings.content_timeout, request.app[LEDGER])
-        release(state, x)
+        try:
+            tap = x.progress.tap
+            if tap is not None and tap.backlog:  # after the client's response has ended
+                await analyse_backlog(tap, lambda: state.shutting_down, state.analysis)
+            if not x.progress.upgraded:
+                await state.steps.wait()  # as many records at once (clients that left together)
+        finally:  # written even when cancelled meanwhile
+            if not x.progress.upgraded:  # a session wrote its own records
+                finish(state, x, settings.content_timeout, request.app[LEDGER])
+            release(state, x)
 
 
 def finish(
@@ -178,6 +182,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Never an open proxy; the proxy's own endpoints only for whom admin.py allows; every
     target, whatever it holds, answered by the proxy itself (never by aiohttp's text 404)."""
+    if not request.raw_path.startswith(OWN_PREFIX):  # the proxy's own answers never wait
+        # A burst of requests is taken in over several loop iterations.
+        await request.app[STATE].steps.wait()
     if request.method == "CONNECT":
         return await refuse(request, 405, "method_not_allowed", "CONNECT is not supported")
     if not request.raw_path.startswith("/"):

@@ -9,6 +9,7 @@ bounded amount of memory, never one mark each without limit.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 
 
@@ -59,15 +60,18 @@ class LoopShare:
 
     Each session's turn is bounded, but 200 sessions whose turns are all ready run in the same
     iteration, and a health check waits for every one of them (several times: it needs a few
-    iterations). Past `per_iteration`, a turn or a relay waits for the next iteration; the
-    first to spend in an iteration always goes on, so work never stops."""
+    iterations). Past `per_iteration`, a turn or a relay waits (`wait`, `turn`) for a later
+    iteration, first come first served: each iteration lets the next waiter go on (the first
+    to spend in an iteration always goes on, so work never stops). Waiters are called back,
+    never polled: 200 sessions polling every iteration cost the loop more than their work."""
 
-    __slots__ = ("_reset_due", "per_iteration", "spent")
+    __slots__ = ("_reset_due", "_waiters", "per_iteration", "spent")
 
     def __init__(self, per_iteration: int) -> None:
         self.per_iteration = per_iteration
         self.spent = 0
         self._reset_due: object | None = None  # the loop whose next iteration resets `spent`
+        self._waiters: deque[Callable[[], None]] = deque()
 
     def spend(self, size: int) -> None:
         loop = asyncio.get_running_loop()
@@ -78,8 +82,38 @@ class LoopShare:
         self.spent += size
 
     def spent_out(self) -> bool:
+        """Whether work must wait now: this iteration's share is spent, or others wait."""
+        if self._waiters:
+            return True
         return self.spent >= self.per_iteration and self._reset_due is asyncio.get_running_loop()
+
+    def wait(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once it is the caller's turn, in a later loop iteration."""
+        loop = asyncio.get_running_loop()
+        if self._reset_due is not loop:  # nothing spent in this iteration: a turn is due
+            self.spent = 0
+            self._reset_due = loop
+            loop.call_soon(self._reset)
+        self._waiters.append(callback)
+
+    async def turn(self) -> None:
+        """Returns once it is the caller's turn (raises CancelledError while waiting)."""
+        waiter = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        self.wait(wake)
+        await waiter
 
     def _reset(self) -> None:
         self.spent = 0
         self._reset_due = None
+        if self._waiters:
+            # The next waiter goes on in the next iteration; the reset after it lets the next
+            # one go (also when it had nothing left to do and spent nothing).
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._waiters.popleft())
+            self._reset_due = loop
+            loop.call_soon(self._reset)

@@ -104,6 +104,7 @@ async def forward(
     # The body waits until the relay takes it (the client's response must start first).
     upstream.pause_reading()
     try:
+        await state.steps.wait()  # as many responses may start at once as were admitted
         return await respond(request, x, state, settings, upstream, waiting)
     finally:
         # Stop generation (and billing) now unless the body ended; the pool keeps the
@@ -290,10 +291,12 @@ async def relay(
         budget=state.held,
         idle_timeout=settings.idle_timeout,
         turns=state.analysis,
+        steps=state.steps,
     )
     relay.upstream = upstream
     waiting.hand_over(upstream, relay)
-    upstream.resume_reading()
+    if not relay.paused:  # what was handed over may have pressed it (its task resumes it)
+        upstream.resume_reading()
     try:
         return await relay.run()
     except asyncio.CancelledError:

@@ -9,6 +9,9 @@ client's drain, writes them, and resumes the upstream. The task also carries eve
 waits: a drill's pauses, stalls and cuts, the analysis in slices of a compressed body or of a
 costly read (the tap analyses one slice per call: the bytes are written first,
 the analysis follows between other streams' work), and every write when the accelerator is off.
+Each read relayed takes a step of the proxy's `LoopTurns` (pacing.py): when hundreds of streams
+have reads ready in the same loop iteration, the ones past its budget are written by their
+tasks in later iterations, in order.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from sseproxy.inspector.endpoints import StreamView
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.delivery import ClientDelivery, ContentWatch
 from sseproxy.shell.errors import Ended
+from sseproxy.shell.pacing import LoopTurns
 from sseproxy.shell.state import Timings
 from sseproxy.shell.turns import AnalysisTurns
 
@@ -171,6 +175,7 @@ class Relay:
         "idle_timeout",
         "mark",
         "parts",
+        "steps",
         "transform",
         "turns",
         "upstream",
@@ -185,9 +190,11 @@ class Relay:
         budget: HeldBytes,
         idle_timeout: float,
         turns: AnalysisTurns | None = None,
+        steps: LoopTurns | None = None,
     ) -> None:
         self.parts = parts
         self.turns = turns if turns is not None else AnalysisTurns()
+        self.steps = steps if steps is not None else LoopTurns()
         self.transform = transform
         self.mark = mark
         self.budget = budget
@@ -203,6 +210,11 @@ class Relay:
         self._failure: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
 
+    @property
+    def paused(self) -> bool:
+        """Whether the relay has paused its upstream (it resumes it itself)."""
+        return self._paused
+
     # -- the upstream's callbacks (synchronous, in order) --------------------------------
 
     def on_body(self, chunk: bytes) -> None:
@@ -213,7 +225,7 @@ class Relay:
         parts.pacing.first_byte(arrived)
         if parts.capture is not None:
             parts.capture.chunk(chunk, arrived)
-        if self._direct:
+        if self._direct and self.steps.free():
             try:
                 if not self._write_now(chunk, arrived, arrived):
                     self._client_gone()
@@ -281,10 +293,14 @@ class Relay:
     async def _write_pending(self) -> None:
         """Each pending chunk through the transformation, written in order."""
         batch, self._pending = self._pending, []
-        self._pending_bytes = 0
-        for chunk, arrived in batch:
+        for n, (chunk, arrived) in enumerate(batch):
+            # One read relayed per step: a burst spreads over loop iterations. Until then the
+            # chunk counts against the client's mark and the proxy's cap, as pending.
+            await self.steps.wait()
+            self._pending_bytes -= len(chunk)
             await self._write_all(self.transform.feed(chunk), arrived)
             if self.transform.done:
+                self._pending_bytes -= sum(len(rest) for rest, _ in batch[n + 1 :])
                 return
         if self.parts.tap.backlog:
             await self._analyse()
@@ -327,8 +343,13 @@ class Relay:
                 try:
                     await delivery.write(out)
                 finally:  # counted even when the write failed: these bytes did arrive
-                    now = parts.watch.last = time.monotonic()
-                    self._account(arrived, now, len(out), parts.tap.feed(out))
+                    try:
+                        # A write that waited for its client may end with hundreds of others
+                        # (clients that left together): the analysis takes a step of its own.
+                        await self.steps.wait()
+                    finally:
+                        now = parts.watch.last = time.monotonic()
+                        self._account(arrived, now, len(out), parts.tap.feed(out))
         except OSError as exc:
             raise Ended(EndReason.CLIENT_DISCONNECTED, f"{type(exc).__name__}: {exc}") from exc
         if delivery.last_wait:  # the client was not reading: shown beside upstream chunks
@@ -412,6 +433,7 @@ class Relay:
             await asyncio.sleep(step.interval_ms / 1000)
             if stalls is not None and stalls.expired:
                 raise Ended(EndReason.CONTENT_TIMEOUT, "drill: keep-alives only, no content")
+            await self.steps.wait()
             self.parts.watch.last = await self._emit(step.data, time.monotonic())
         raise Ended(EndReason.IDLE_TIMEOUT, "drill: the keep-alive stall reached its bound")
 

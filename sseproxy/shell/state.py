@@ -27,6 +27,7 @@ from sseproxy.observe.metrics import Metrics
 from sseproxy.observe.redact import Secrets
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.delivery import ClientDelivery
+from sseproxy.shell.pacing import LoopTurns
 from sseproxy.shell.turns import AnalysisTurns
 from sseproxy.shell.upstream import UpstreamPool
 
@@ -255,6 +256,9 @@ class ProxyState:
     ws_held: HeldBytes = field(default_factory=lambda: HeldBytes(Settings().max_ws_held_bytes))
     # The analysis each loop turn may do across all streams (turns.py).
     analysis: AnalysisTurns = field(default_factory=AnalysisTurns)
+    # The bulk work each loop iteration may start (admissions, relayed reads, records;
+    # pacing.py).
+    steps: LoopTurns = field(default_factory=LoopTurns)
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
     sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id

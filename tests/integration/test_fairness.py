@@ -5,12 +5,15 @@ runs meanwhile (other tasks, healthz), never by timing."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import zlib
 from typing import Any
 
 from sseproxy.core.encoding import SLICE_BYTES
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES
+from sseproxy.shell import app as app_module
 from sseproxy.shell.app import STATE
+from sseproxy.shell.pacing import MOST_PER_ITERATION
 from sseproxy.shell.turns import AnalysisTurns
 from tests.integration.fake_upstream import Script, Send
 from tests.integration.test_slow_readers import blocks, stalled_client
@@ -143,3 +146,64 @@ async def test_healthz_is_answered_while_300_clients_that_stopped_reading_hold_s
             sock.close()
     records = await logs.wait(streams, timeout=60)
     assert {r["interruption"]["reason"] for r in records} == {"client_disconnected"}
+
+
+async def test_200_requests_that_arrive_together_are_admitted_over_many_loop_iterations(
+    upstream: Any, make_proxy: Any, logs: Any, monkeypatch: Any
+) -> None:
+    """200 requests written in one go (all readable at the proxy's next poll): they are
+    admitted a few per loop iteration (shell/pacing.py), other tasks running between them,
+    and each is answered whole and recorded as before. Without the pacing all 200 were
+    admitted in one iteration (bench.fairness: 300 such requests held healthz for seconds)."""
+    fake, _ = upstream
+    body = blocks(4, size=1024)
+    fake.script(PATH, Script([Send(b) for b in body]))
+    client = await make_proxy(max_concurrent_streams=400)
+    ticker = Ticker()
+    admitted: list[int] = []
+    admit = app_module.admit
+
+    async def counted(*args: Any) -> Any:
+        admitted.append(ticker.turns)
+        return await admit(*args)
+
+    monkeypatch.setattr(app_module, "admit", counted)
+    loop = asyncio.get_running_loop()
+    socks = []
+    try:
+        for _ in range(200):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", client.server.port))
+            socks.append(sock)
+        await asyncio.sleep(0.2)  # every connection accepted, none has sent a byte
+        request = (
+            f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        ).encode()
+        for sock in socks:  # one step of this task: no loop iteration between them
+            sock.send(request)
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(read_to_close(loop, sock) for sock in socks)), 60
+        )
+    finally:
+        ticker.stop()
+        for sock in socks:
+            sock.close()
+    assert all(a.startswith(b"HTTP/1.1 200") and all(b in a for b in body) for a in answers)
+    per_turn: dict[int, int] = {}
+    for turn in admitted:
+        per_turn[turn] = per_turn.get(turn, 0) + 1
+    assert len(admitted) == 200
+    assert max(per_turn.values()) <= MOST_PER_ITERATION  # never all 200 in one iteration
+    assert len(per_turn) >= 200 // MOST_PER_ITERATION + 1
+    assert client.app[STATE].steps.waited > 0
+    records = await logs.wait(200)
+    whole = len(b"".join(body))
+    assert {(r["bytes"], r["client_bytes"]) for r in records} == {(whole, whole)}
+
+
+async def read_to_close(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    got = b""
+    while data := await loop.sock_recv(sock, 65536):
+        got += data
+    return got

@@ -82,7 +82,12 @@ class UpstreamConnection(asyncio.Protocol):
         if exchange is None or exchange.ended is not None:
             self.stray(len(data))
         elif exchange.hold is not None:
-            exchange.hold.append(data)  # the relay has not taken the head yet
+            # The relay has not taken the head yet (or paused before it took all of this):
+            # one read held, no more. uvloop reads a socket up to 32 times in one poll, and
+            # a kernel buffer that filled while the response waited would all come here.
+            exchange.hold.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
         else:
             exchange.feed(data)
 
@@ -184,12 +189,23 @@ class Exchange:
         held = self.hold
         if held is None or self.paused or self.ended is not None:
             return
-        self.hold = None
-        for data in held:
+        while held:
+            data = held.pop(0)
             if self.ended is None:
                 self.feed(data)
             else:
                 self.conn.stray(len(data))
+            if self.paused and self.ended is None and held:
+                return  # the receiver paused: the rest waits for resume_reading, in order
+        self.hold = None
+        transport = self.conn.transport
+        if (
+            not self.paused
+            and self.ended is None
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            transport.resume_reading()  # paused while it held
         if self.ended is None and self.parser.complete:
             self.feed(b"")  # a bodiless response (HEAD, 204, 304) ends here
         if self.ended is None and self.lost_with is not None:
@@ -232,8 +248,10 @@ class Exchange:
         )
         if end.bytes_after_end:
             self.conn.stray(end.bytes_after_end)
-        if self.paused and reusable and self.conn.transport is not None:
-            self.conn.transport.resume_reading()  # idle, it must see a stray byte at once
+        if reusable and self.conn.transport is not None:
+            # Paused by the relay, or while it held reads: idle, it must see a stray byte at
+            # once (and read the next response).
+            self.conn.transport.resume_reading()
         try:
             self.receiver.on_end(end)
         finally:

@@ -148,6 +148,7 @@ class UpstreamSocket(asyncio.Protocol):
         self._cursor: FrameCursor | None = None  # frame boundaries, once the upgrade holds
         self._tail = b""  # the last bytes of the answer's head handed over (its end spans reads)
         self._turn_handle: asyncio.Handle | None = None  # the next turn, when scheduled
+        self._sharing = False  # waits for the sessions' shared turn (LoopShare)
         self._owed = 0  # loop iterations the next turn waits: the last one inflated this much
         self._reading = True  # the transport's reading, as this protocol last set it
         self._eof = False  # the upstream's end of stream, parsed after what came before it
@@ -193,9 +194,10 @@ class UpstreamSocket(asyncio.Protocol):
 
     # -- bounded parsing --------------------------------------------------------------------
 
-    def _turn(self) -> None:
+    def _turn(self, granted: bool = False) -> None:
         """Give the parser one bounded batch of what was read; the rest waits for a later
-        loop iteration (scheduled here), or for the relay when the queue is over its mark."""
+        loop iteration (scheduled here), for the sessions' shared turn (`granted`: it is this
+        one's), or for the relay when the queue is over its mark."""
         self._turn_handle = None
         self.turns += 1
         events = inflated = 0
@@ -204,13 +206,15 @@ class UpstreamSocket(asyncio.Protocol):
         while (unfed or self._inflating()) and not self.paused and not self.ended:
             if self._joining:
                 break  # `_joined` goes on
-            if (
-                events >= MAX_EVENTS_PER_TURN
-                or inflated >= TURN_INFLATED_BYTES
-                or (share is not None and share.spent_out())
-            ):
+            if events >= MAX_EVENTS_PER_TURN or inflated >= TURN_INFLATED_BYTES:
                 self._schedule()
                 break
+            if share is not None and not granted and share.spent_out():
+                if not self._sharing:
+                    self._sharing = True
+                    share.wait(self._share_turn)
+                break
+            granted = False
             if self._assembled and not self._may_grow():
                 break  # `budget` calls back once there is room
             if self._inflating():
@@ -246,6 +250,14 @@ class UpstreamSocket(asyncio.Protocol):
         if not self._pending():
             self._input_ended()
         self._flow()
+
+    def _share_turn(self) -> None:
+        """The sessions' shared turn has come to this one."""
+        self._sharing = False
+        if not self.ended:
+            if self._turn_handle is not None:
+                self._turn_handle.cancel()
+            self._turn(granted=True)
 
     def _pending(self) -> bool:
         """Read bytes are not all handled yet (parsed, inflated, joined)."""
@@ -569,10 +581,9 @@ class UpstreamSocket(asyncio.Protocol):
             self.ready.clear()
             await self.ready.wait()
         share = self.budget.share if self.budget is not None else None
-        if share is not None:
-            while share.spent_out():  # the sessions' work in this loop iteration is done
-                self._taken = 0
-                await asyncio.sleep(0)
+        if share is not None and share.spent_out():  # others' turn first
+            self._taken = 0
+            await share.turn()
         self._taken += 1
         item = self.items.popleft()
         size = _size(item)
