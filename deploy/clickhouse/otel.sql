@@ -71,7 +71,14 @@ SELECT
     nullIf(nullIf(JSONExtractRaw(Body, 'trailers'), ''), 'null') AS trailers,
     nullIf(nullIf(JSONExtractRaw(Body, 'trailers_forwarded'), ''), 'null') AS trailers_forwarded,
     nullIf(nullIf(JSONExtractRaw(Body, 'client'), ''), 'null') AS client,
-    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id
+    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id,
+    JSONExtract(Body, 'first_chunk_ms', 'Nullable(Float64)') AS first_chunk_ms,
+    JSONExtract(Body, 'mcp_protocol_version', 'Nullable(String)') AS mcp_protocol_version,
+    nullIf(nullIf(JSONExtractRaw(Body, 'round_trip'), ''), 'null') AS round_trip,
+    JSONExtract(Body, 'fallback_hops', 'Nullable(UInt32)') AS fallback_hops,
+    JSONExtract(Body, 'text_model', 'Nullable(String)') AS text_model,
+    JSONExtract(Body, 'lane', 'Nullable(String)') AS lane,
+    nullIf(nullIf(JSONExtractRaw(Body, 'continues'), ''), 'null') AS continues
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'request.finished';
 
@@ -109,6 +116,7 @@ SELECT
     JSONExtract(Body, 'resumable', 'Nullable(Bool)') AS resumable,
     JSONExtract(Body, 'anomalies', 'Map(String, UInt64)') AS anomalies,
     nullIf(nullIf(JSONExtractRaw(Body, 'client'), ''), 'null') AS client,
-    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id
+    JSONExtract(Body, 'run_id', 'Nullable(String)') AS run_id,
+    nullIf(nullIf(JSONExtractRaw(Body, 'steering'), ''), 'null') AS steering
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'session.finished';

@@ -72,6 +72,13 @@ CREATE TABLE IF NOT EXISTS sseproxy.requests
     trailers_forwarded Nullable(String),    -- JSON array of the names the client got
     client Nullable(String),                -- JSON {name, version} (schema 1.4)
     run_id Nullable(String),                -- the agent run the client named (schema 1.4)
+    first_chunk_ms Nullable(Float64),       -- to the first chunk of any kind (schema 1.4)
+    mcp_protocol_version LowCardinality(Nullable(String)),  -- schema 1.4
+    round_trip Nullable(String),            -- JSON {of, number}: an MCP input round trip
+    fallback_hops Nullable(UInt32),         -- Anthropic's fallback blocks (schema 1.4)
+    text_model Nullable(String),            -- the model that wrote the answer (schema 1.4)
+    lane Nullable(String),                  -- a WebSocket turn's lane (schema 1.4)
+    continues Nullable(String),             -- JSON {turn, response_id}: a steered successor
 
     -- The keys the report groups by, computed once at insert. The proxy's own refusals
     -- (answered by the proxy, nothing cut) are the report's `proxy_refused`, apart from the
@@ -144,6 +151,7 @@ CREATE TABLE IF NOT EXISTS sseproxy.sessions
     anomalies Map(LowCardinality(String), UInt64),
     client Nullable(String),                -- JSON {name, version} (schema 1.4)
     run_id Nullable(String),                -- the agent run the client named (schema 1.4)
+    steering Nullable(String),              -- JSON {sent, accepted, pending, failed} (1.4)
 
     route_key LowCardinality(String) MATERIALIZED
         if(ifNull(route, '') != '', substringUTF8(route, 1, 200), '-'),
