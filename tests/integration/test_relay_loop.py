@@ -155,12 +155,14 @@ async def test_a_bug_of_ours_in_the_loop_breaks_the_client_and_keeps_the_record(
     calls = 0
     chunk = state.Timings.chunk
 
-    def flaky(self: state.Timings, arrived: float, now: float, deltas: int) -> None:
+    def flaky(
+        self: state.Timings, arrived: float, now: float, deltas: int, events: int = 0
+    ) -> None:
         nonlocal calls
         calls += 1
         if calls == 5:  # the fifth chunk: written directly by then, when accelerated
             raise RuntimeError("a bug in the bookkeeping")
-        chunk(self, arrived, now, deltas)
+        chunk(self, arrived, now, deltas, events)
 
     monkeypatch.setattr(state.Timings, "chunk", flaky)
     client = await make_proxy()
