@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from sseproxy.core.dialects.base import Assembler, Outcome, ident
-from sseproxy.core.dialects.rpc import is_a2a
-from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.rpc import injected_rpc_error, is_a2a
+from sseproxy.core.dialects.spec import DialectSpec, Drills
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.jsonvalue import loads
 from sseproxy.core.verdict import Dialect, ErrorInfo, FinishCategory, State
@@ -265,15 +265,10 @@ def _ends(event: SSEEvent | None, raw: bytes) -> bool:
         return False
 
 
-def _injected_error(sequence_number: int) -> bytes:
-    error = {"code": -32603, "message": "Internal error (injected)"}
-    return sse_event({"jsonrpc": "2.0", "id": None, "error": error})
-
-
 SPEC = DialectSpec(
     dialect=Dialect.A2A,
     assembler=A2AAssembler,
-    drills=Drills(is_terminal=_ends, error=_injected_error, end_marker=b""),
+    drills=Drills(is_terminal=_ends, error=injected_rpc_error, end_marker=b""),
     # The HTTP+JSON binding's streaming paths (JSON-RPC posts to the agent's URL, often `/`).
     path_suffixes=("/message:stream", ":subscribe"),
     selects=is_a2a,

@@ -27,8 +27,8 @@ from collections import Counter
 from typing import Any
 
 from sseproxy.core.dialects.base import Assembler, Outcome, ident
-from sseproxy.core.dialects.rpc import is_mcp
-from sseproxy.core.dialects.spec import DialectSpec, Drills, sse_event
+from sseproxy.core.dialects.rpc import injected_rpc_error, is_mcp
+from sseproxy.core.dialects.spec import DialectSpec, Drills
 from sseproxy.core.events import SSEEvent
 from sseproxy.core.request import RequestFacts
 from sseproxy.core.verdict import ClientClose, Dialect, ErrorInfo, FinishCategory, State
@@ -187,15 +187,10 @@ def _is_response(event: SSEEvent | None, raw: bytes) -> bool:
     return b'"result"' in raw or b'"error"' in raw
 
 
-def _injected_error(sequence_number: int) -> bytes:
-    error = {"code": -32603, "message": "Internal error (injected)"}
-    return sse_event({"jsonrpc": "2.0", "id": None, "error": error})
-
-
 SPEC = DialectSpec(
     dialect=Dialect.MCP,
     assembler=McpAssembler,
-    drills=Drills(is_terminal=_is_response, error=_injected_error, end_marker=b""),
+    drills=Drills(is_terminal=_is_response, error=injected_rpc_error, end_marker=b""),
     path_suffixes=("/mcp", "/mcp/"),
     response_headers=(SESSION_HEADER,),
     selects=is_mcp,  # an MCP method or `MCP-Protocol-Version`; never the response shape

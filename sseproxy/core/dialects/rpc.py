@@ -13,6 +13,7 @@ neither, and the response's shape decides.
 
 from __future__ import annotations
 
+from sseproxy.core.dialects.spec import sse_event
 from sseproxy.core.request import RequestFacts
 
 MCP_METHODS = frozenset({"initialize", "ping"})
@@ -62,3 +63,9 @@ def is_mcp(asked: RequestFacts) -> bool:
 def is_a2a(asked: RequestFacts) -> bool:
     """An A2A request by its method (and not one that says it is MCP)."""
     return asked.rpc_method in A2A_METHODS and asked.mcp_version is None
+
+
+def injected_rpc_error(sequence_number: int) -> bytes:
+    """A drill's in-band error for a JSON-RPC stream (MCP, A2A): JSON-RPC's internal error."""
+    error = {"code": -32603, "message": "Internal error (injected)"}
+    return sse_event({"jsonrpc": "2.0", "id": None, "error": error})
