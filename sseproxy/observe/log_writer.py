@@ -1,9 +1,11 @@
 """Log lines written by a thread that owns the output, so that an output nobody reads (a
 paused `sseproxy | less`, a stalled log shipper) blocks that thread and never the event loop.
 
-Lines wait in a queue bounded by bytes. Past the bound a line is dropped and counted; once the
-output takes lines again, one line (rendered by the caller's `render_gap`) says how many were
-lost. Each line is written whole or not at all, in the order it was queued.
+Lines wait in a queue bounded by bytes. Past the bound a line is dropped and counted, and lines
+keep being dropped until the output has taken half the bound back: a reader that stays stuck
+costs one gap, not a gap between every line that happens to fit. Then one line (rendered by the
+caller's `render_gap`) says how many were lost, where they were lost. Each line is written
+whole or not at all, in the order it was queued.
 """
 
 from __future__ import annotations
@@ -120,7 +122,9 @@ class LineWriter:
                 self._lose(Gap(1, time.time_ns(), time.time_ns()))
             return
         with self._cond:
-            if self._closed or self._held + len(data) > self._max_bytes:
+            # while lines are being lost, the queue must drain to half the bound first
+            limit = self._max_bytes if self._gap is None else self._max_bytes // 2
+            if self._closed or self._held + len(data) > limit:
                 now = time.time_ns()
                 self._lose(Gap(1, now, now))
                 return
