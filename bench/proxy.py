@@ -15,6 +15,12 @@ the asyncio row shows what the loop alone is worth.
 `--baseline SRC` adds a fifth candidate, `sseproxy-baseline`: the sseproxy package found in the
 source tree SRC (a checkout of an earlier commit, e.g. made with `git worktree add`), run in the
 same rounds, so a change is measured side by side with the code before it.
+
+`--others nginx,mitmproxy` adds the proxies an outside comparison runs (issue 32), when they are
+installed: nginx with `proxy_buffering off` (one process, `master_process off`, so that /proc
+shows all its CPU) and mitmproxy's `mitmdump` in reverse mode, streaming every body
+(`stream_large_bodies=1`). The `x*` scenarios are the parameters of that comparison, so that
+its figures and this bench's can be set side by side.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -79,6 +86,14 @@ SCENARIOS = {
     ),
     # Many slow streams at once: memory per stream and the event loop's latency under load.
     "s2000": Scenario("s2000: 2,000 x 400 @ 50 ms", 2000, 400, 50, spread=5.0),
+    # The parameters of issue 32's outside comparison (nginx, mitmproxy, the floor, sseproxy).
+    "xa": Scenario("xa: 25 x 100 @ 20 ms (issue 32's a)", 25, 100, 20),
+    "xb": Scenario("xb: 250 x 50 @ 50 ms (issue 32's b)", 250, 50, 50),
+    "xd": Scenario(
+        "xd: bulk 4 x 125,000, 16 / write (issue 32's d)", 4, 125_000, 0, per_write=16, spread=0.1
+    ),
+    # Long answers: streams of 1,000 events, as a long generation or a reasoning trace sends.
+    "long": Scenario("long: 20 x 1,000 @ 10 ms", 20, 1000, 10),
     "anthropic": Scenario(
         "b': 500 x 100 @ 50 ms, Anthropic", 500, 100, 50, spread=2.0, dialect="anthropic"
     ),
@@ -124,6 +139,69 @@ DIRECT, NAIVE_ASYNCIO, NAIVE_UVLOOP, SSEPROXY, BASELINE = (
 )
 # The source tree `sseproxy-baseline` runs from (set by --baseline).
 BASELINE_SRC: list[str] = []
+# Other proxies an outside comparison runs (--others), when installed.
+NGINX, MITMPROXY = "nginx", "mitmproxy"
+OTHERS = (NGINX, MITMPROXY)
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log crit;
+events {{ worker_connections 65536; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    upstream upstream {{ server {upstream}; keepalive 256; }}
+    server {{
+        listen 127.0.0.1:{port} backlog={backlog};
+        location / {{
+            proxy_pass http://upstream;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+def other_command(kind: str, port: int, upstream: str, logdir: Path) -> list[str]:
+    """The command line of an outside proxy (`--others`) listening on `port`."""
+    if kind == NGINX:
+        where = Path(tempfile.mkdtemp(prefix="nginx-", dir=logdir))
+        conf = where / "nginx.conf"
+        conf.write_text(
+            NGINX_CONF.format(
+                dir=where,
+                upstream=upstream.removeprefix("http://"),
+                port=port,
+                backlog=listen_backlog(),
+            )
+        )
+        return [installed(NGINX), "-p", str(where), "-c", str(conf), "-e", str(where / "err")]
+    return [
+        installed("mitmdump"),
+        "--mode",
+        f"reverse:{upstream}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        str(port),
+        "--set",
+        "stream_large_bodies=1",
+        "-q",
+    ]
+
+
+def installed(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        raise SystemExit(f"--others: {program} is not installed (not on PATH)")
+    return path
 
 
 def free_port() -> int:
@@ -161,6 +239,8 @@ def start_proxy(kind: str, upstream: str, logdir: Path) -> tuple[subprocess.Pope
         loop = "asyncio" if kind == NAIVE_ASYNCIO else "uvloop"
         cmd = [sys.executable, "-m", "bench.naive_proxy", str(port), upstream, "--loop", loop]
         out = subprocess.DEVNULL
+    elif kind in OTHERS:
+        cmd, out = other_command(kind, port, upstream, logdir), subprocess.DEVNULL
     else:
         cmd = [
             sys.executable,
@@ -303,6 +383,23 @@ def report(key: str, s: Scenario, results: dict[str, list[dict[str, float]]]) ->
         )
     # Issue 14's targets for this scenario: (what, figure, met).
     targets: list[tuple[str, str, bool]] = [("peak RSS <= 1.5x floor", f"{rss:.2f}x", rss <= 1.5)]
+    ttfb50 = ratio("ttfb_p50_ms", ours, naive)
+    if key in ("a", "xa"):  # issue 32: TTFB p50 within 1.5x the floor's
+        targets.append(("TTFB p50 <= 1.5x floor's", f"{ttfb50:.2f}x", ttfb50 <= 1.5))
+    if key in ("xa", "xb", "long"):
+        targets.append(("CPU/event <= 1.25x floor", f"{cpu_ratio:.2f}x", cpu_ratio <= 1.25))
+    elif key == "xd":
+        targets.append(("events/s >= 0.5x direct", f"{rate_direct:.2f}x", rate_direct >= 0.5))
+    if MITMPROXY in results:  # issue 32: ahead of mitmproxy in every scenario
+        vs_mitm = ratio("events_per_s", ours, results[MITMPROXY])
+        cpu_mitm = ratio("cpu_us_per_event", ours, results[MITMPROXY])
+        targets.append(
+            (
+                "ahead of mitmproxy",
+                f"events/s {vs_mitm:.2f}x, CPU/event {cpu_mitm:.2f}x",
+                vs_mitm >= 1.0 and cpu_mitm <= 1.0,
+            )
+        )
     if key in ("a", "b"):
         targets += [
             ("CPU/event <= 1.25x floor", f"{cpu_ratio:.2f}x", cpu_ratio <= 1.25),
@@ -349,7 +446,18 @@ def main() -> None:
     parser.add_argument(
         "--baseline", metavar="SRC", help="also run the sseproxy package of this source tree"
     )
+    parser.add_argument(
+        "--others",
+        default="",
+        metavar="LIST",
+        help="also run these installed proxies: nginx, mitmproxy (comma-separated)",
+    )
     args = parser.parse_args()
+    others = [k for k in args.others.split(",") if k]
+    for kind in others:
+        if kind not in OTHERS:
+            parser.error(f"--others: {kind!r} is not one of {', '.join(OTHERS)}")
+        installed(NGINX if kind == NGINX else "mitmdump")
     if args.baseline:
         BASELINE_SRC.append(str(Path(args.baseline).resolve()))
     table = QUICK if args.quick else SCENARIOS
@@ -358,6 +466,7 @@ def main() -> None:
     kinds = [DIRECT, NAIVE_ASYNCIO, *([NAIVE_UVLOOP] if has_uvloop() else []), SSEPROXY]
     if args.baseline:
         kinds.append(BASELINE)
+    kinds += others
     upstream = f"http://127.0.0.1:{up_port}"
     logdir = Path(tempfile.mkdtemp(prefix="sseproxy-bench-"))
     everything: dict[str, dict[str, list[dict[str, float]]]] = {}
