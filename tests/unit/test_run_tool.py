@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sseproxy.tools.run import environment, proxy
+from sseproxy.tools.run.command import flags_for
 from sseproxy.tools.run.summary import MAX_KEYS, MAX_LINE_BYTES, MAX_NAMED, OTHER, Tally, summarise
 
 BASE = "http://127.0.0.1:43210"
@@ -119,6 +120,15 @@ def test_intercept_drops_no_proxy_entries_that_would_exempt_an_intercepted_host(
 )
 def test_which_no_proxy_entries_exempt_a_host(entry: str, host: str, exempt: bool) -> None:
     assert environment.exempts(entry, host) is exempt
+
+
+def test_serve_flags_repeat_a_repeatable_setting_once_per_value() -> None:
+    given = [("intercept_hosts", ["localhost", "example.com"]), ("keep_content", False)]
+    assert flags_for(given, None) == [
+        "--intercept-host=localhost",
+        "--intercept-host=example.com",
+        "--no-keep-content",
+    ]
 
 
 def test_the_started_record_names_the_intercept_listener() -> None:

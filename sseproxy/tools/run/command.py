@@ -143,6 +143,8 @@ def flags_for(settings: Sequence[tuple[str, object]], config: str | None) -> lis
         option = flag_name(setting)
         if isinstance(value, bool):
             flags.append(option if value else "--no-" + option.removeprefix("--"))
+        elif isinstance(value, list | tuple):  # a repeatable flag: once per value
+            flags += [f"{option}={item}" for item in value]
         else:
             flags.append(f"{option}={value}")
     return flags
