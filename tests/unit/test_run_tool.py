@@ -240,3 +240,34 @@ def test_unreadable_and_too_long_lines_are_counted_not_fatal(tmp_path: Path) -> 
     path.write_bytes(b"not json\n[1]\n" + long + json.dumps(stream("completed")).encode() + b"\n")
     summary = summarise(path, 0)
     assert summary.unreadable == 3 and summary.streams == {"completed": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "listen_flags"),
+    [
+        (["--intercept"], {}, ["--intercept-listen=127.0.0.1:0"]),
+        (
+            ["--intercept", "--intercept-listen", "127.0.0.1:9"],
+            {},
+            ["--intercept-listen=127.0.0.1:9"],
+        ),
+        (["--intercept"], {"SSEPROXY_INTERCEPT_LISTEN": "127.0.0.1:9"}, []),  # serve reads it
+        ([], {}, []),
+    ],
+)
+def test_run_intercept_starts_the_listener_on_a_free_port_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], listen_flags: list[str]
+) -> None:
+    from sseproxy import cli
+    from sseproxy.tools.run import command
+
+    for name in ("SSEPROXY_INTERCEPT_LISTEN", "SSEPROXY_CONFIG", "SSEPROXY_LOG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    got: list[command.RunOptions] = []
+    monkeypatch.setattr(command, "run", lambda options: got.append(options) or 0)
+    assert cli.main(["run", *argv, "--", "app"]) == 0
+    (options,) = got
+    assert options.intercept is ("--intercept" in argv)
+    assert [f for f in options.serve_flags if f.startswith("--intercept-listen")] == listen_flags
