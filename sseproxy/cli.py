@@ -229,6 +229,8 @@ def _setting_flags(p: Parser, flags: Sequence[Flag]) -> None:
 RUN_FIXED = ("listen", "allow_remote", "allowed_hosts", "log_format")
 RUN_FLAGS = tuple(flag for flag in SERVE_FLAGS if flag.setting not in RUN_FIXED)
 RUN_USAGE = "sseproxy run [FLAGS] -- COMMAND [ARGS ...]"
+# `run --intercept`'s intercept listener when none is set: a free loopback port.
+RUN_INTERCEPT_LISTEN = "127.0.0.1:0"
 
 
 def _run_parser(sub: Any) -> None:
@@ -241,12 +243,21 @@ def _run_parser(sub: Any) -> None:
         "GOOGLE_GEMINI_BASE_URL; for `codex`, a provider given as -c overrides), exit with "
         "COMMAND's exit code, and print on stderr what its streams and sessions did. The "
         "proxy runs on the bundled defaults (or --config) with these flags; its records go "
-        "to --log-file, or to a file named at the end.",
+        "to --log-file, or to a file named at the end. With --intercept, COMMAND gets "
+        "HTTPS_PROXY and the CA variables instead (docs/intercept.md).",
     )
     p.add_argument(
         "--config",
         metavar="FILE",
         help=f"TOML file overriding the bundled defaults (default: none; env {ENV_PREFIX}CONFIG)",
+    )
+    p.add_argument(
+        "--intercept",
+        action="store_true",
+        help="give COMMAND the intercept listener as its HTTPS proxy and the CA to trust (the "
+        "variables of `sseproxy ca`), no base URL: its clients go to their usual hosts, the "
+        f"intercepted ones recorded; the listener on {RUN_INTERCEPT_LISTEN} unless "
+        "--intercept-listen is set (default: off)",
     )
     _setting_flags(p, RUN_FLAGS)
     p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command and its arguments")
@@ -612,7 +623,7 @@ def _ca(args: argparse.Namespace) -> int:
         directory = ca.ca_directory(settings.ca_dir, os.environ)
         created = not (directory / ca.CA_CERT).exists()
         authority = ca.load_or_create(directory)
-        bundle = advice.write_bundle(authority, advice.system_trust_file())
+        bundle = advice.write_bundle(authority.cert_path, advice.system_trust_file())
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"sseproxy: config: {problem}", file=sys.stderr)
@@ -635,11 +646,15 @@ def _run(args: argparse.Namespace, command: list[str], parser: Parser) -> int:
     settings = _settings(args.config, dict(given))
     if settings is None:
         return 2
+    flags = flags_for([g for g in given if g[0] != "log_file"], args.config)
+    if args.intercept and not settings.intercept_listen:
+        flags += flags_for([("intercept_listen", RUN_INTERCEPT_LISTEN)], None)
     options = RunOptions(
         command=command,
-        serve_flags=flags_for([g for g in given if g[0] != "log_file"], args.config),
+        serve_flags=flags,
         log_file=Path(settings.log_file) if settings.log_file else None,
         shutdown_grace=settings.shutdown_grace,
+        intercept=args.intercept,
     )
     return run(options)
 

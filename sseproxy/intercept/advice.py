@@ -43,13 +43,13 @@ def system_trust_file() -> Path | None:
     return Path(certifi.where())
 
 
-def write_bundle(authority: Authority, system: Path | None) -> Path:
-    """`system`'s CAs then this CA, in the CA's folder (rewritten each time: the system's
-    store changes with updates)."""
-    pem = authority.cert_path.read_bytes()
+def write_bundle(ca_cert: Path, system: Path | None) -> Path:
+    """`system`'s CAs then the CA in `ca_cert`, in the CA's folder (rewritten each time: the
+    system's store changes with updates)."""
+    pem = ca_cert.read_bytes()
     base = system.read_bytes() if system is not None else b""
-    path = authority.directory / BUNDLE
-    partial = authority.directory / (BUNDLE + ".partial")
+    path = ca_cert.parent / BUNDLE
+    partial = ca_cert.parent / (BUNDLE + ".partial")
     partial.write_bytes(base.rstrip(b"\n") + b"\n" + pem if base else pem)
     partial.replace(path)
     return path

@@ -89,6 +89,7 @@ class AgentRunner:
         model: str,
         env: Mapping[str, str] | None = None,
         timeout: float = RUN_TIMEOUT,
+        run_flags: Sequence[str] = (),
     ) -> AgentResult:
         config = self.folder / "sseproxy.toml"
         config.write_text(product_config(self.fake.url), "utf-8")
@@ -103,7 +104,7 @@ class AgentRunner:
             **(env or {}),
         }
         command = [str(installed_command()), "run", "--config", str(config)]
-        command += ["--log-file", str(log_file), "--", *argv]
+        command += ["--log-file", str(log_file), *run_flags, "--", *argv]
         try:
             done = subprocess.run(
                 command,

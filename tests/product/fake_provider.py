@@ -45,6 +45,21 @@ HELD_CHAT_EVENTS = (chat_chunk("Hel"), chat_chunk("lo, "), chat_chunk("wor"))
 CHUNK = 37  # bytes per write of a replayed body: events split across reads, as on the wire
 
 
+# Codex signed in with ChatGPT asks which backend its account's workspace is on before its
+# first turn (and gives up without an answer): the account it sends, on chatgpt.com itself.
+ACCOUNTS_CHECK = "/backend-api/wham/accounts/check"
+
+
+def chatgpt_accounts(account: str | None) -> dict[str, Any]:
+    entry = {
+        "id": account or "",
+        "plan_type": "plus",
+        "workspace_backend_origin": "https://chatgpt.com",
+        "account_routing_override": "NO_CONSTRAINT",
+    }
+    return {"accounts": [entry], "account_ordering": [entry["id"]]}
+
+
 def scenario(model: str | None) -> str:
     return (model or "ok").removeprefix("models/").split("-", 1)[0]
 
@@ -209,6 +224,8 @@ class FakeProvider:
             return await self.stream(
                 request, interaction_events(model or "", status), kind == "cut"
             )
+        if path == ACCOUNTS_CHECK:
+            return web.json_response(chatgpt_accounts(request.headers.get("chatgpt-account-id")))
         return web.json_response({"error": {"message": f"no such path {path}"}}, status=404)
 
     async def agent_http(

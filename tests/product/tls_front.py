@@ -1,6 +1,8 @@
 """Local stand-ins for the hosts behind intercept mode, in a thread of their own: a TLS
-"provider" (a trustme certificate for `localhost` in front of the fake provider, as a real
-provider is TLS in front of its API) and a raw TCP echo server (a host that is tunnelled)."""
+"provider" (a trustme certificate for `localhost`, and for any other names asked for, in front
+of the fake provider, as a real provider is TLS in front of its API), a raw TCP echo server (a
+host that is tunnelled), and an egress proxy that answers every CONNECT with a tunnel to the
+TLS front: the proxy's upstream leg, given it as HTTPS_PROXY, reaches "chatgpt.com" there."""
 
 from __future__ import annotations
 
@@ -29,12 +31,17 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 class Fronts:
     """Start with `start()`, stop with `stop()`. `ca` signs the TLS front's certificate."""
 
-    def __init__(self, backend_port: int, ca: trustme.CA | None = None) -> None:
+    def __init__(
+        self, backend_port: int, ca: trustme.CA | None = None, names: tuple[str, ...] = ()
+    ) -> None:
         self.backend_port = backend_port
         self.ca = ca or trustme.CA()
+        self.names = ("localhost", "127.0.0.1", *names)
         self.tls_port = 0
         self.echo_port = 0
+        self.egress_port = 0
         self.echoed = 0
+        self.connects: list[str] = []  # the targets the egress proxy was asked for
         self._loop = asyncio.new_event_loop()
         self._servers: list[asyncio.Server] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="fronts", daemon=True)
@@ -47,12 +54,14 @@ class Fronts:
 
     async def _start(self) -> None:
         server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.ca.issue_cert("localhost", "127.0.0.1").configure_cert(server_tls)
+        self.ca.issue_cert(*self.names).configure_cert(server_tls)
         tls = await asyncio.start_server(self._terminate, "127.0.0.1", 0, ssl=server_tls)
         echo = await asyncio.start_server(self._echo, "127.0.0.1", 0)
-        self._servers = [tls, echo]
+        egress = await asyncio.start_server(self._egress, "127.0.0.1", 0)
+        self._servers = [tls, echo, egress]
         self.tls_port = tls.sockets[0].getsockname()[1]
         self.echo_port = echo.sockets[0].getsockname()[1]
+        self.egress_port = egress.sockets[0].getsockname()[1]
 
     async def _terminate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -60,6 +69,21 @@ class Fronts:
         except OSError:
             writer.close()
             return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        writer.close()
+        up_writer.close()
+
+    async def _egress(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """`CONNECT host:port`, whatever the host: 200, then the TLS front's bytes."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, target, _ = head.split(b"\r\n", 1)[0].decode("ascii").split(" ", 2)
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.tls_port)
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            writer.close()
+            return
+        self.connects.append(f"{method} {target}")
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         writer.close()
         up_writer.close()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sseproxy.tools.run import environment
+from sseproxy.tools.run import environment, proxy
+from sseproxy.tools.run.command import flags_for
 from sseproxy.tools.run.summary import MAX_KEYS, MAX_LINE_BYTES, MAX_NAMED, OTHER, Tally, summarise
 
 BASE = "http://127.0.0.1:43210"
@@ -52,6 +53,96 @@ def test_codex_gets_a_websocket_provider_before_its_subcommand() -> None:
         "model_providers.sseproxy.supports_websockets=true",
         'model_providers.sseproxy.env_key="OPENAI_API_KEY"',
     ]
+
+
+INTERCEPTION = environment.Interception(
+    "127.0.0.1:43211",
+    Path("/ca/sseproxy-ca.pem"),
+    Path("/ca/sseproxy-ca-bundle.pem"),
+    frozenset({"localhost", "chatgpt.com", "api.openai.com"}),
+)
+
+
+def test_intercept_gives_the_https_proxy_and_the_ca_and_no_base_url() -> None:
+    given = {"PATH": "/bin", "OPENAI_BASE_URL": "https://example.test/v1", "HTTP_PROXY": "h"}
+    launch = environment.launch(["/opt/bin/codex", "exec", "hi"], BASE, given, INTERCEPTION)
+    env = launch.env
+    assert launch.argv == ["/opt/bin/codex", "exec", "hi"]  # Codex keeps its login's provider
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://127.0.0.1:43211"
+    assert env["NODE_EXTRA_CA_CERTS"] == "/ca/sseproxy-ca.pem"
+    assert env["NODE_USE_ENV_PROXY"] == "1"
+    for name in ("SSL_CERT_FILE", "CODEX_CA_CERTIFICATE", "REQUESTS_CA_BUNDLE"):
+        assert env[name] == "/ca/sseproxy-ca-bundle.pem", name
+    # localhost is intercepted: a local stand-in must go through the listener
+    assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,::1"
+    # the user's own: where the clients go, and plain HTTP's proxy
+    assert (env["OPENAI_BASE_URL"], env["HTTP_PROXY"], env["PATH"]) == (
+        "https://example.test/v1",
+        "h",
+        "/bin",
+    )
+    assert "ANTHROPIC_BASE_URL" not in env and "OPENAI_API_BASE" not in env
+    assert env["SSEPROXY_URL"] == BASE
+    assert launch.set == (
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "NODE_EXTRA_CA_CERTS",
+        "NODE_USE_ENV_PROXY",
+        "SSL_CERT_FILE",
+        "CODEX_CA_CERTIFICATE",
+        "REQUESTS_CA_BUNDLE",
+    )
+
+
+def test_intercept_drops_no_proxy_entries_that_would_exempt_an_intercepted_host() -> None:
+    given = {
+        "NO_PROXY": "corp.example,.openai.com,127.0.0.1,chatgpt.com:443,*.com",
+        "no_proxy": "*",
+    }
+    env = environment.launch(["app"], BASE, given, INTERCEPTION).env
+    assert env["NO_PROXY"] == "corp.example,127.0.0.1,chatgpt.com:443,::1"
+    assert env["no_proxy"] == "127.0.0.1,::1"
+
+
+@pytest.mark.parametrize(
+    ("entry", "host", "exempt"),
+    [
+        ("*", "chatgpt.com", True),
+        ("chatgpt.com", "chatgpt.com", True),
+        (" ChatGPT.com ", "chatgpt.com", True),
+        (".openai.com", "api.openai.com", True),
+        ("openai.com", "api.openai.com", True),
+        ("*.openai.com", "api.openai.com", True),
+        ("openai.com", "notopenai.com", False),
+        ("api.openai.com", "openai.com", False),
+        ("localhost", "127.0.0.1", False),
+    ],
+)
+def test_which_no_proxy_entries_exempt_a_host(entry: str, host: str, exempt: bool) -> None:
+    assert environment.exempts(entry, host) is exempt
+
+
+def test_serve_flags_repeat_a_repeatable_setting_once_per_value() -> None:
+    given = [("intercept_hosts", ["localhost", "example.com"]), ("keep_content", False)]
+    assert flags_for(given, None) == [
+        "--intercept-host=localhost",
+        "--intercept-host=example.com",
+        "--no-keep-content",
+    ]
+
+
+def test_the_started_record_names_the_intercept_listener() -> None:
+    record = {
+        "event": "proxy.started",
+        "intercept_listen": "127.0.0.1:43211",
+        "intercept_ca": "/ca/sseproxy-ca.pem",
+        "intercept_hosts": ["LocalHost", "[::1]"],
+    }
+    listener = proxy.intercept_listener(record)
+    assert listener == proxy.InterceptListener(
+        "127.0.0.1:43211", Path("/ca/sseproxy-ca.pem"), frozenset({"localhost", "::1"})
+    )
+    assert proxy.intercept_listener({"event": "proxy.started"}) is None
 
 
 @pytest.mark.parametrize("argv", [["claude", "-p", "hi"], ["./codex-wrapper"], ["python", "codex"]])
@@ -149,3 +240,34 @@ def test_unreadable_and_too_long_lines_are_counted_not_fatal(tmp_path: Path) -> 
     path.write_bytes(b"not json\n[1]\n" + long + json.dumps(stream("completed")).encode() + b"\n")
     summary = summarise(path, 0)
     assert summary.unreadable == 3 and summary.streams == {"completed": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "listen_flags"),
+    [
+        (["--intercept"], {}, ["--intercept-listen=127.0.0.1:0"]),
+        (
+            ["--intercept", "--intercept-listen", "127.0.0.1:9"],
+            {},
+            ["--intercept-listen=127.0.0.1:9"],
+        ),
+        (["--intercept"], {"SSEPROXY_INTERCEPT_LISTEN": "127.0.0.1:9"}, []),  # serve reads it
+        ([], {}, []),
+    ],
+)
+def test_run_intercept_starts_the_listener_on_a_free_port_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], listen_flags: list[str]
+) -> None:
+    from sseproxy import cli
+    from sseproxy.tools.run import command
+
+    for name in ("SSEPROXY_INTERCEPT_LISTEN", "SSEPROXY_CONFIG", "SSEPROXY_LOG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    got: list[command.RunOptions] = []
+    monkeypatch.setattr(command, "run", lambda options: got.append(options) or 0)
+    assert cli.main(["run", *argv, "--", "app"]) == 0
+    (options,) = got
+    assert options.intercept is ("--intercept" in argv)
+    assert [f for f in options.serve_flags if f.startswith("--intercept-listen")] == listen_flags

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from sseproxy.tools.run import environment, proxy
+from sseproxy.tools.run.proxy import ProxyFailed
 from sseproxy.tools.run.summary import summarise
 
 PREFIX = "sseproxy run:"
@@ -35,6 +36,7 @@ class RunOptions:
     serve_flags: list[str]  # passed to `sseproxy serve`, already validated
     log_file: Path | None  # None: a file of its own, named at the end
     shutdown_grace: float
+    intercept: bool = False  # the command gets the intercept listener as its HTTPS proxy
 
 
 def default_log_file() -> Path:
@@ -56,14 +58,26 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         offset = 0
     try:
         started = proxy.start(options.serve_flags, log_file, offset)
-    except proxy.ProxyFailed as exc:
+    except ProxyFailed as exc:
         say(f"the proxy did not start: {exc}")
         return EXIT_PROXY_FAILED
-    launch = environment.launch(options.command, started.base, environ or os.environ)
+    interception = None
+    if options.intercept:
+        try:
+            interception = _interception(started)
+        except (ProxyFailed, OSError) as exc:
+            say(f"intercept mode cannot be set up: {exc}")
+            started.stop(options.shutdown_grace)
+            started.stderr.close()
+            return EXIT_PROXY_FAILED
+    launch = environment.launch(options.command, started.base, environ or os.environ, interception)
     say(
         f"proxy on {started.base} (inspector: {started.base}/_sseproxy/); set "
         + ", ".join(launch.set)
     )
+    if interception is not None:
+        hosts = ", ".join(sorted(interception.hosts))
+        say(f"intercepting {hosts} on {interception.listen}; other hosts are tunnelled")
     try:
         code = _run_command(launch)
     finally:
@@ -76,6 +90,17 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     say(f"{name} exited with {code}; " + "\n".join(summary.lines()))
     say(f"records: {log_file} (sseproxy report {shlex.quote(str(log_file))})")
     return code
+
+
+def _interception(started: proxy.Proxy) -> environment.Interception:
+    """The intercept listener the proxy started, with the CA bundle written next to its CA."""
+    from sseproxy.intercept import advice
+
+    listener = started.intercept
+    if listener is None:
+        raise ProxyFailed("the proxy started no intercept listener")
+    bundle = advice.write_bundle(listener.ca_file, advice.system_trust_file())
+    return environment.Interception(listener.listen, listener.ca_file, bundle, listener.hosts)
 
 
 def _run_command(launch: environment.Launch) -> int:
@@ -118,6 +143,8 @@ def flags_for(settings: Sequence[tuple[str, object]], config: str | None) -> lis
         option = flag_name(setting)
         if isinstance(value, bool):
             flags.append(option if value else "--no-" + option.removeprefix("--"))
+        elif isinstance(value, list | tuple):  # a repeatable flag: once per value
+            flags += [f"{option}={item}" for item in value]
         else:
             flags.append(f"{option}={value}")
     return flags

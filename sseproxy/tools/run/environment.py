@@ -1,11 +1,14 @@
 """What `sseproxy run` gives the command: the base-URL variables the supported clients read,
-and for Codex, which reads none for a provider that can use the WebSocket, `-c` overrides."""
+and for Codex, which reads none for a provider that can use the WebSocket, `-c` overrides.
+With `--intercept`, instead: the HTTPS proxy and CA variables of `sseproxy ca`, and no base
+URL, so that every client goes where it would go anyway, through the intercept listener."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 # The variable, and the path after the proxy's address its client wants (the bundled routes
 # keep the providers' own paths: /v1/... for OpenAI, /v1/messages for Anthropic, /v1beta/...
@@ -24,6 +27,21 @@ NO_PROXY_HOSTS = ("127.0.0.1", "localhost")
 # Responses API over its WebSocket mode, which Codex opens only when the provider says so.
 CODEX_PROVIDER = "sseproxy"
 CODEX_KEY_VARIABLE = "OPENAI_API_KEY"
+
+
+# Set in both spellings: Python's urllib and curl prefer the lower-case one when both are set.
+LOWER_CASE_TOO = ("HTTPS_PROXY", "NO_PROXY")
+
+
+@dataclass(frozen=True, slots=True)
+class Interception:
+    """The proxy's intercept listener, as its `proxy.started` record names it, and the bundle
+    (the system's CAs and the proxy's) for clients that replace their trust store."""
+
+    listen: str  # HOST:PORT, bound
+    ca_file: Path
+    bundle: Path
+    hosts: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +68,49 @@ def client_environment(base: str, environ: Mapping[str, str]) -> tuple[dict[str,
     return env, names
 
 
+def exempts(entry: str, host: str) -> bool:
+    """Whether a NO_PROXY entry sends `host` around the proxy, as curl, Python and Go read it:
+    `*`, the host itself, or a domain it is under (`example.com`, `.example.com`)."""
+    entry = entry.strip().lower().removeprefix("*")
+    if entry == "":
+        return True
+    domain = entry.removeprefix(".")
+    return host == domain or host.endswith("." + domain)
+
+
+def intercept_environment(
+    interception: Interception, base: str, environ: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """`environ` with the variables `sseproxy ca` advises (the intercept listener as the HTTPS
+    proxy, the CA to trust), the entries of NO_PROXY that would exempt an intercepted host
+    left out and loopback added; and the names set. The base URLs are the user's own."""
+    from sseproxy.intercept import advice  # cryptography: only when intercepting
+
+    env = dict(environ)
+    env[PROXY_VARIABLE] = base
+    names = []
+    variables = advice.client_environment(
+        interception.ca_file, interception.bundle, interception.listen, interception.hosts
+    )
+    for variable in variables:
+        spellings = [variable.name]
+        if variable.name in LOWER_CASE_TOO:
+            spellings.append(variable.name.lower())
+        for name in spellings:
+            value = variable.value
+            if variable.name == "NO_PROXY":
+                value = _no_proxy(env.get(name, ""), value, interception.hosts)
+            env[name] = value
+        names.append(variable.name)
+    return env, names
+
+
+def _no_proxy(given: str, loopback: str, intercepted: frozenset[str]) -> str:
+    entries = [e.strip() for e in given.split(",") if e.strip()]
+    kept = [e for e in entries if not any(exempts(e, host) for host in intercepted)]
+    return ",".join([*kept, *(n for n in loopback.split(",") if n and n not in kept)])
+
+
 def codex_overrides(base: str) -> list[str]:
     """`-c` arguments that make Codex use the proxy, over its WebSocket and HTTP alike."""
     prefix = f"model_providers.{CODEX_PROVIDER}"
@@ -67,9 +128,17 @@ def is_codex(argv: Sequence[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]) in ("codex", "codex.exe")
 
 
-def launch(argv: Sequence[str], base: str, environ: Mapping[str, str]) -> Launch:
-    env, names = client_environment(base, environ)
+def launch(
+    argv: Sequence[str],
+    base: str,
+    environ: Mapping[str, str],
+    interception: Interception | None = None,
+) -> Launch:
     command = list(argv)
+    if interception is not None:  # Codex keeps its own provider: a ChatGPT login works
+        env, names = intercept_environment(interception, base, environ)
+        return Launch(command, env, tuple(names))
+    env, names = client_environment(base, environ)
     if is_codex(command):
         command = [command[0], *codex_overrides(base), *command[1:]]
         names.append(f"codex -c model_provider={CODEX_PROVIDER}")

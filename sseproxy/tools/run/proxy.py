@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 # Seconds the proxy gets to write `proxy.started` (a loaded machine imports slowly).
@@ -31,11 +31,21 @@ class ProxyFailed(Exception):
     """The proxy did not start; the message says why (its stderr, or the time it had)."""
 
 
+@dataclass(frozen=True, slots=True)
+class InterceptListener:
+    """What `proxy.started` says of the intercept listener, when the proxy runs one."""
+
+    listen: str  # HOST:PORT, the bound port
+    ca_file: Path
+    hosts: frozenset[str]  # lower case, IPv6 addresses without brackets
+
+
 @dataclass
 class Proxy:
     process: subprocess.Popen[bytes]
     stderr: IO[bytes]
     base: str  # http://127.0.0.1:PORT
+    intercept: InterceptListener | None = None
 
     def stop(self, grace: float) -> int | None:
         """SIGTERM, then SIGKILL after `grace` + EXIT_MARGIN; its exit code."""
@@ -85,8 +95,9 @@ def start(flags: Sequence[str], log_file: Path, offset: int) -> Proxy:
     while True:
         line = _started_line(log_file, offset)
         if line is not None:
-            healthz = json.loads(line)["healthz"]
-            proxy.base = f"http://{urlsplit(healthz).netloc}"
+            record = json.loads(line)
+            proxy.base = f"http://{urlsplit(record['healthz']).netloc}"
+            proxy.intercept = intercept_listener(record)
             return proxy
         if process.poll() is not None:
             raise ProxyFailed(proxy.errors() or f"the proxy exited with {process.returncode}")
@@ -94,6 +105,17 @@ def start(flags: Sequence[str], log_file: Path, offset: int) -> Proxy:
             proxy.stop(0)
             raise ProxyFailed(f"the proxy did not start within {START_TIMEOUT:g} s")
         time.sleep(POLL_SECONDS)
+
+
+def intercept_listener(record: dict[str, Any]) -> InterceptListener | None:
+    """The intercept listener a `proxy.started` record names, or None."""
+    listen, ca_file = record.get("intercept_listen"), record.get("intercept_ca")
+    if not isinstance(listen, str) or not isinstance(ca_file, str):
+        return None
+    hosts = record.get("intercept_hosts") or []
+    return InterceptListener(
+        listen, Path(ca_file), frozenset(str(h).lower().strip("[]") for h in hosts)
+    )
 
 
 def _started_line(log_file: Path, offset: int) -> bytes | None:
