@@ -33,10 +33,12 @@ from typing import Any, cast
 
 import structlog
 
+from sseproxy.intercept import record
 from sseproxy.intercept.ca import Leaves
 from sseproxy.intercept.connect import Forward, Head, HeadReader, HeadRefused
 from sseproxy.intercept.destination import Destination
 from sseproxy.intercept.plain import RoutedTransport
+from sseproxy.intercept.record import ClosedBy, Mode, Outcome, Relayed
 from sseproxy.intercept.tunnel import Tunnel
 from sseproxy.shell.upstream.connect import open_connection, tls_context
 from sseproxy.shell.upstream.egress import EgressProxy, ProxySettings
@@ -90,23 +92,16 @@ class ListenerSettings:
 
 def connect_finished(
     destination: Destination | None,
-    mode: str,
-    outcome: str,
+    mode: Mode,
+    outcome: Outcome,
     started: float,
     **fields: Any,
 ) -> None:
-    """The one line for a connection that is not an intercepted HTTP exchange."""
+    """The `connect.finished` record of a connection that is not an intercepted exchange."""
     with contextlib.suppress(Exception):  # a record must never break a connection
-        level = "info" if outcome in ("closed", "intercepted") else "warning"
-        getattr(log, level)(
-            "connect.finished",
-            host=destination.host if destination else None,
-            port=destination.port if destination else None,
-            mode=mode,
-            outcome=outcome,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-            **fields,
-        )
+        duration_ms = round((time.monotonic() - started) * 1000, 3)
+        line = record.build(destination, mode, outcome, duration_ms, **fields)
+        getattr(log, record.level(outcome))(record.EVENT, **line)
 
 
 class InterceptListener:
@@ -177,20 +172,19 @@ class InterceptListener:
                 await self._tunnel(transport, head, started)
         except asyncio.CancelledError:
             transport.abort()
-            connect_finished(destination, "setup", "proxy_shutdown", started)
+            connect_finished(destination, Mode.SETUP, Outcome.PROXY_SHUTDOWN, started)
             raise
         except Exception as exc:  # a bug of ours: the connection ends, a line says why
             transport.abort()
-            connect_finished(
-                destination, "setup", "proxy_error", started, error=f"{type(exc).__name__}: {exc}"
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            connect_finished(destination, Mode.SETUP, Outcome.PROXY_ERROR, started, error=error)
 
     async def _intercept(
         self, transport: asyncio.Transport, destination: Destination, rest: bytes, started: float
     ) -> None:
         if rest:  # TLS bytes sent before our 200: start_tls cannot be handed them
             answer(transport, 400, "send the TLS handshake after the 200 answer to CONNECT")
-            connect_finished(destination, "intercept", "bad_connect", started)
+            connect_finished(destination, Mode.INTERCEPT, Outcome.BAD_CONNECT, started)
             return
         context = self.leaves.context(destination)
         transport.write(ESTABLISHED)
@@ -208,22 +202,22 @@ class InterceptListener:
             transport.abort()
             reason = getattr(exc, "reason", None)
             outcome = (
-                "tls_client_refused_certificate"
+                Outcome.TLS_CLIENT_REFUSED_CERTIFICATE
                 if reason in REFUSED_CERTIFICATE
-                else "tls_handshake_timeout"
+                else Outcome.TLS_HANDSHAKE_TIMEOUT
                 if isinstance(exc, TimeoutError)
-                else "tls_handshake_failed"
+                else Outcome.TLS_HANDSHAKE_FAILED
             )
             hint = None
-            if outcome == "tls_handshake_failed":
+            if outcome is Outcome.TLS_HANDSHAKE_FAILED:
                 hint = "the client ended the handshake: does it trust the sseproxy CA?"
             connect_finished(
                 destination,
-                "intercept",
+                Mode.INTERCEPT,
                 outcome,
                 started,
-                error=f"{type(exc).__name__}: {exc}"[:500],
-                **({"hint": hint} if hint else {}),
+                error=f"{type(exc).__name__}: {exc}",
+                hint=hint,
             )
             return
         if tls is None:  # pragma: no cover (start_tls returns a transport or raises)
@@ -252,27 +246,27 @@ class InterceptListener:
         loop = asyncio.get_running_loop()
         destination = head.destination
         forward = isinstance(head, Forward)
-        mode = "forward" if forward else "tunnel"
+        mode = Mode.FORWARD if forward else Mode.TUNNEL
         if len(self.tunnels) >= self.settings.max_tunnels:
             answer(transport, 503, f"{self.settings.max_tunnels} tunnels are open already")
-            connect_finished(destination, mode, "overloaded", started)
+            connect_finished(destination, mode, Outcome.OVERLOADED, started)
             return
         # A CONNECT carries https (or wss); an absolute-form request is http.
         proxy = self.egress("http" if forward else "https", destination)
-        via = {"egress": proxy.name} if proxy is not None else {}
+        via = proxy.name if proxy is not None else None
 
         def done(tunnel: Tunnel) -> None:
             self.tunnels.discard(tunnel)
+            by = ClosedBy(tunnel.closed_by) if tunnel.closed_by else None
+            relayed = Relayed(tunnel.client.received, tunnel.upstream.received, by)
             connect_finished(
                 destination,
                 mode,
-                "closed",
+                Outcome.CLOSED,
                 started,
-                bytes_up=tunnel.client.received,
-                bytes_down=tunnel.upstream.received,
-                closed_by=tunnel.closed_by,
+                relayed=relayed,
                 error=tunnel.error,
-                **via,
+                egress=via,
             )
 
         tunnel = Tunnel(done)
@@ -295,10 +289,10 @@ class InterceptListener:
             connect_finished(
                 destination,
                 mode,
-                "upstream_timeout" if timed_out else "upstream_unreachable",
+                Outcome.UPSTREAM_TIMEOUT if timed_out else Outcome.UPSTREAM_UNREACHABLE,
                 started,
                 error=exc.cause,
-                **via,
+                egress=via,
             )
             return
         self.tunnels.add(tunnel)
@@ -357,7 +351,7 @@ class ConnectProtocol(asyncio.Protocol):
         if self.reader is not None and self.transport is not None:
             self.reader = None
             answer(self.transport, 408, "the request head did not arrive in time")
-            connect_finished(None, "setup", "head_timeout", self.started)
+            connect_finished(None, Mode.SETUP, Outcome.HEAD_TIMEOUT, self.started)
 
     def data_received(self, data: bytes) -> None:
         reader, transport = self.reader, self.transport
@@ -369,7 +363,8 @@ class ConnectProtocol(asyncio.Protocol):
             self.reader = None
             self._stop_timer()
             answer(transport, refused.status, refused.reason)
-            connect_finished(None, "setup", "bad_connect", self.started, error=refused.reason)
+            error = refused.reason
+            connect_finished(None, Mode.SETUP, Outcome.BAD_CONNECT, self.started, error=error)
             return
         if head is None:
             return
