@@ -28,6 +28,7 @@ from google.genai import types
 from tests.product.fake_provider import FakeProvider
 from tests.product.proxy_process import ProxyProcess, start_proxy
 from tests.product.tls_front import Fronts
+from tests.record_contract import VALIDATOR
 
 pytestmark = pytest.mark.product
 CLIENT_TIMEOUT = 30.0
@@ -188,6 +189,34 @@ async def test_anthropic_sdk_through_https_proxy(
     same_content(by_route["anthropic"], by_route["intercept"])
 
 
+async def test_openai_sdk_through_http_proxy_to_a_plain_http_host(
+    intercepting: ProxyProcess, fake: FakeProvider
+) -> None:
+    """httpx given a proxy sends an http:// URL's request in absolute-form: the listener
+    gives it to the same handler, recorded with the real host's http:// upstream."""
+    name = f"ok-{uuid.uuid4().hex[:10]}"
+    port = int(fake.url.rsplit(":", 1)[1])
+    got = await chat(
+        openai.AsyncOpenAI(
+            base_url=f"http://localhost:{port}/v1",
+            api_key="sk-test",
+            max_retries=0,
+            http_client=httpx.AsyncClient(proxy=proxy_address(intercepting)),
+        ),
+        name,
+    )
+    reverse = await chat(
+        openai.AsyncOpenAI(base_url=intercepting.url + "/v1", api_key="sk-test", max_retries=0),
+        name,
+    )
+    assert got == reverse and got[0] and got[1]
+    records = await intercepting.wait_records(lambda r: r.get("model") == name, n=2)
+    by_route = {r["route"]: r for r in records}
+    assert set(by_route) == {"intercept", "openai"}
+    assert by_route["intercept"]["upstream"] == f"http://localhost:{port}"
+    same_content(by_route["openai"], by_route["intercept"])
+
+
 def connect_lines(process: ProxyProcess, **match: Any) -> list[dict[str, Any]]:
     return [
         r
@@ -235,6 +264,7 @@ async def test_a_host_not_intercepted_is_tunnelled_byte_for_byte(
     line = await wait_connect_line(intercepting, port=trusted.echo_port, mode="tunnel")
     assert (line["host"], line["outcome"], line["closed_by"]) == ("127.0.0.1", "closed", "client")
     assert line["bytes_up"] == line["bytes_down"] == len(payload)
+    assert not list(VALIDATOR.iter_errors(line))  # a record of the schema
 
 
 async def test_an_upstream_certificate_that_does_not_verify_is_refused(
