@@ -305,6 +305,31 @@ async def test_a_plain_request_to_an_intercepted_host_is_recorded_as_the_reverse
     assert connect_lines(logs) == []  # an intercepted exchange writes its record only
 
 
+async def test_a_request_pipelined_after_a_plain_one_never_reaches_an_upstream(
+    leaves: Leaves, plain_upstream: tuple[int, list[str]], logs: LogCapture
+) -> None:
+    """One request per connection (`Connection: close` is added): a second one sent at once
+    behind the first, naming another host, is never carried to the first one's host. The
+    server's parser refuses the connection whole (a 400; none of the clients of
+    docs/intercept.md pipelines)."""
+    up_port, hosts = plain_upstream
+    proxy, port, runner = await intercepting(leaves, {})
+    body = b'{"model":"m","stream":true}'
+    one = (
+        f"POST http://127.0.0.1:{up_port}{PATH} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    two = one.replace(b"http://127.0.0.1", b"http://other.test")
+    try:
+        answer = await exchange(port, one + two)
+    finally:
+        await proxy.stop()
+        await runner.cleanup()
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+    assert hosts == []
+    assert logs.records() == []
+
+
 async def test_a_plain_request_to_an_intercepted_host_goes_through_the_egress_proxy(
     leaves: Leaves, plain_upstream: tuple[int, list[str]], logs: LogCapture
 ) -> None:
