@@ -120,7 +120,8 @@ class InterceptListener:
         self._egress_tls: ssl.SSLContext | None = None
 
     async def start(self, host: str, port: int, backlog: int = 128) -> int:
-        """Listen; returns the bound port (`port` 0: any free one)."""
+        """Listen; returns the bound port (`port` 0: any free one). Raises ValueError for an
+        egress proxy that is this listener (every tunnel would come back into it)."""
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: ConnectProtocol(self), host, port, backlog=backlog
@@ -129,10 +130,9 @@ class InterceptListener:
         for proxy in (self.settings.proxies.https, self.settings.proxies.http):
             if proxy is not None and proxy.port == bound and proxy.host in (host, *LOOPBACK):
                 self.server.close()
-                raise OSError(
-                    0,
+                raise ValueError(
                     f"the egress proxy {proxy.name} is this listener: set HTTPS_PROXY for the "
-                    "client, not for sseproxy",
+                    "client, not for sseproxy"
                 )
         return bound
 

@@ -514,6 +514,6 @@ async def test_an_egress_proxy_that_is_the_listener_itself_is_refused_at_start(
         free = probe.getsockname()[1]
     itself = ProxySettings(https=EgressProxy("127.0.0.1", free))
     proxy = InterceptListener(ListenerSettings(set(), 5, proxies=itself), leaves, Answering)
-    with pytest.raises(OSError, match="is this listener"):
+    with pytest.raises(ValueError, match="is this listener"):
         await proxy.start("127.0.0.1", free)
     await proxy.stop()
