@@ -155,7 +155,7 @@ SERVE_FLAGS = (
     Flag("otel_service_name", "OpenTelemetry service.name", "NAME"),
     Flag(
         "intercept_listen",
-        "also run a forward proxy (CONNECT) on this address for HTTPS_PROXY clients",
+        "also run a forward proxy on this address for HTTPS_PROXY / HTTP_PROXY clients",
         "HOST:PORT",
     ),
     Flag(

@@ -265,6 +265,7 @@ async def start_intercept(settings: Settings, runner: web.AppRunner, backlog: in
     connections are given to the same aiohttp server as the reverse proxy's."""
     from sseproxy.intercept.ca import Leaves, ca_directory, load_or_create
     from sseproxy.intercept.listener import InterceptListener, ListenerSettings
+    from sseproxy.shell.upstream.egress import ProxySettings
 
     authority = await asyncio.to_thread(load_or_create, ca_directory(settings.ca_dir, os.environ))
     server = runner.server
@@ -275,6 +276,9 @@ async def start_intercept(settings: Settings, runner: web.AppRunner, backlog: in
             frozenset(h.strip("[]") for h in settings.intercepted_hosts),
             settings.connect_timeout,
             max_tunnels=settings.max_concurrent_streams,
+            # tunnels reach their hosts as the upstream leg does: through its egress proxy
+            proxies=ProxySettings.from_environ(os.environ),
+            ca_file=settings.upstream_ca_file or None,
         ),
         Leaves(authority),
         server,

@@ -120,3 +120,24 @@ SELECT
     nullIf(nullIf(JSONExtractRaw(Body, 'steering'), ''), 'null') AS steering
 FROM otel.otel_logs
 WHERE JSONExtractString(Body, 'event') = 'session.finished';
+
+-- And each connect.finished body into sseproxy.connects.
+CREATE MATERIALIZED VIEW IF NOT EXISTS sseproxy.connects_from_otel TO sseproxy.connects AS
+SELECT
+    parseDateTime64BestEffort(JSONExtractString(Body, 'timestamp'), 6, 'UTC') AS timestamp,
+    JSONExtractString(Body, 'level') AS level,
+    JSONExtractString(Body, 'event') AS event,
+    JSONExtractString(Body, 'schema_version') AS schema_version,
+    JSONExtract(Body, 'host', 'Nullable(String)') AS host,
+    JSONExtract(Body, 'port', 'Nullable(UInt16)') AS port,
+    JSONExtractString(Body, 'mode') AS mode,
+    JSONExtractString(Body, 'outcome') AS outcome,
+    JSONExtractFloat(Body, 'duration_ms') AS duration_ms,
+    JSONExtract(Body, 'bytes_up', 'Nullable(UInt64)') AS bytes_up,
+    JSONExtract(Body, 'bytes_down', 'Nullable(UInt64)') AS bytes_down,
+    JSONExtract(Body, 'closed_by', 'Nullable(String)') AS closed_by,
+    JSONExtract(Body, 'egress', 'Nullable(String)') AS egress,
+    JSONExtract(Body, 'error', 'Nullable(String)') AS error,
+    JSONExtract(Body, 'hint', 'Nullable(String)') AS hint
+FROM otel.otel_logs
+WHERE JSONExtractString(Body, 'event') = 'connect.finished';

@@ -164,3 +164,32 @@ ENGINE = MergeTree
 PARTITION BY toYYYYMM(timestamp)
 ORDER BY (route_key, closed_by_key, timestamp)
 TTL toDateTime(timestamp) + INTERVAL 90 DAY;
+
+-- One row per connect.finished record (schema 1.4): a connection to intercept mode's listener
+-- that was not an intercepted exchange: a tunnel or a forwarded plain-HTTP request when it
+-- closed, or a connection refused or failed before that.
+CREATE TABLE IF NOT EXISTS sseproxy.connects
+(
+    timestamp DateTime64(6, 'UTC'),
+    level LowCardinality(String),
+    event LowCardinality(String),
+    schema_version LowCardinality(String),
+    host Nullable(String),                  -- null: the head was refused or never came
+    port Nullable(UInt16),
+    mode LowCardinality(String),            -- tunnel, forward, intercept, setup
+    outcome LowCardinality(String),         -- closed, upstream_unreachable, bad_connect, ...
+    duration_ms Float64,
+    bytes_up Nullable(UInt64),              -- null: nothing was relayed
+    bytes_down Nullable(UInt64),
+    closed_by LowCardinality(Nullable(String)),  -- client, upstream, proxy
+    egress Nullable(String),                -- the egress proxy, without credentials
+    error Nullable(String),
+    hint Nullable(String),
+
+    host_key LowCardinality(String) MATERIALIZED
+        if(ifNull(host, '') != '', substringUTF8(host, 1, 200), '-')
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(timestamp)
+ORDER BY (outcome, host_key, timestamp)
+TTL toDateTime(timestamp) + INTERVAL 90 DAY;

@@ -1,5 +1,5 @@
-"""The forward proxy's listener: reads a `CONNECT host:port` head (bounded in size and time),
-then either intercepts or tunnels.
+"""The forward proxy's listener: reads a `CONNECT host:port` head or a plain-HTTP request in
+absolute-form (bounded in size and time), then either intercepts, tunnels or forwards.
 
 Intercepted (the host is in `intercept_hosts`): the client is answered 200, its TLS is
 terminated with that destination's leaf (`ca.Leaves`), and the TLS transport is given a fresh
@@ -8,8 +8,15 @@ connection had been accepted by the reverse proxy's own socket: the same handler
 records, inspector, capture and WebSocket sessions. Admission routes its requests to
 `https://host:port` because the transport's TLS context says so (`destination.py`).
 
-Anything else is tunnelled untouched (`tunnel.py`). Every CONNECT that does not end in an
-intercepted HTTP exchange writes one `connect.finished` line: a tunnel when it closes, a
+A plain-HTTP request (`GET http://host/path`, what `HTTP_PROXY` clients send) to an
+intercepted host is given to the same server on the client's own transport, which names the
+route `http://host:port` (`plain.py`); to any other host it is forwarded, its head rewritten
+to origin-form (`connect.py`), then its bytes relayed as a tunnel's are (mode `forward`).
+
+Anything else is tunnelled untouched (`tunnel.py`). Tunnels and forwarded requests reach
+their host through the egress proxy of `HTTPS_PROXY` / `HTTP_PROXY` when one applies (a
+CONNECT to it), as the reverse proxy's upstream leg does. Every connection that does not end
+in an intercepted HTTP exchange writes one `connect.finished` line: a tunnel when it closes, a
 refused head, an unreachable host, a client that refused our certificate (its TLS handshake
 failed: `tls_client_refused_certificate`), never a traceback.
 """
@@ -26,14 +33,20 @@ from typing import Any, cast
 
 import structlog
 
+from sseproxy.intercept import record
 from sseproxy.intercept.ca import Leaves
-from sseproxy.intercept.connect import Connect, HeadReader, HeadRefused
+from sseproxy.intercept.connect import Forward, Head, HeadReader, HeadRefused
 from sseproxy.intercept.destination import Destination
+from sseproxy.intercept.plain import RoutedTransport
+from sseproxy.intercept.record import ClosedBy, Mode, Outcome, Relayed
 from sseproxy.intercept.tunnel import Tunnel
+from sseproxy.shell.upstream.connect import open_connection, tls_context
+from sseproxy.shell.upstream.egress import EgressProxy, ProxySettings
+from sseproxy.shell.upstream.facts import UpstreamFailed
 
 log = structlog.get_logger("sseproxy")
 
-# Seconds a client has to send its whole CONNECT head once connected.
+# Seconds a client has to send its whole request head (CONNECT or absolute-form) once connected.
 HEAD_TIMEOUT = 10.0
 # Seconds for the client's TLS handshake with our leaf.
 HANDSHAKE_TIMEOUT = 10.0
@@ -59,6 +72,9 @@ REFUSED_CERTIFICATE = frozenset(
 )
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
+NO_EGRESS = ProxySettings()
+# Names of this machine an egress proxy that is the listener itself may be given as.
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,31 +84,29 @@ class ListenerSettings:
     max_tunnels: int = 2000  # open at once; beyond, 503 (the proxy's max_concurrent_streams)
     head_timeout: float = HEAD_TIMEOUT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
+    # The egress proxy for tunnels and forwarded requests (HTTPS_PROXY / HTTP_PROXY /
+    # NO_PROXY), and the CA file an `https://` egress proxy's certificate is checked with.
+    proxies: ProxySettings = NO_EGRESS
+    ca_file: str | None = None
 
 
 def connect_finished(
     destination: Destination | None,
-    mode: str,
-    outcome: str,
+    mode: Mode,
+    outcome: Outcome,
     started: float,
     **fields: Any,
 ) -> None:
-    """The one line for a CONNECT that is not an intercepted HTTP exchange."""
+    """The `connect.finished` record of a connection that is not an intercepted exchange."""
     with contextlib.suppress(Exception):  # a record must never break a connection
-        level = "info" if outcome in ("closed", "intercepted") else "warning"
-        getattr(log, level)(
-            "connect.finished",
-            host=destination.host if destination else None,
-            port=destination.port if destination else None,
-            mode=mode,
-            outcome=outcome,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-            **fields,
-        )
+        duration_ms = round((time.monotonic() - started) * 1000, 3)
+        line = record.build(destination, mode, outcome, duration_ms, **fields)
+        getattr(log, record.level(outcome))(record.EVENT, **line)
 
 
 class InterceptListener:
-    """Serves CONNECT on its own socket; `server_factory` is the aiohttp server's."""
+    """Serves CONNECT and absolute-form requests on its own socket; `server_factory` is the
+    aiohttp server's."""
 
     def __init__(
         self, settings: ListenerSettings, leaves: Leaves, server_factory: ProtocolFactory
@@ -103,14 +117,24 @@ class InterceptListener:
         self.tasks: set[asyncio.Task[None]] = set()
         self.tunnels: set[Tunnel] = set()
         self.server: asyncio.Server | None = None
+        self._egress_tls: ssl.SSLContext | None = None
 
     async def start(self, host: str, port: int, backlog: int = 128) -> int:
-        """Listen; returns the bound port (`port` 0: any free one)."""
+        """Listen; returns the bound port (`port` 0: any free one). Raises ValueError for an
+        egress proxy that is this listener (every tunnel would come back into it)."""
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: ConnectProtocol(self), host, port, backlog=backlog
         )
-        return int(self.server.sockets[0].getsockname()[1])
+        bound = int(self.server.sockets[0].getsockname()[1])
+        for proxy in (self.settings.proxies.https, self.settings.proxies.http):
+            if proxy is not None and proxy.port == bound and proxy.host in (host, *LOOPBACK):
+                self.server.close()
+                raise ValueError(
+                    f"the egress proxy {proxy.name} is this listener: set HTTPS_PROXY for the "
+                    "client, not for sseproxy"
+                )
+        return bound
 
     def intercepts(self, destination: Destination) -> bool:
         return destination.host in self.settings.hosts
@@ -129,34 +153,38 @@ class InterceptListener:
         while self.tunnels and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # their connection_lost writes their lines
 
-    def carry(self, transport: asyncio.Transport, connect: Connect, started: float) -> None:
-        task = asyncio.get_running_loop().create_task(self._carry(transport, connect, started))
+    def carry(self, transport: asyncio.Transport, head: Head, started: float) -> None:
+        if isinstance(head, Forward) and self.intercepts(head.destination):
+            self._serve_plain(transport, head)  # nothing to wait for
+            return
+        task = asyncio.get_running_loop().create_task(self._carry(transport, head, started))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _carry(self, transport: asyncio.Transport, connect: Connect, started: float) -> None:
-        destination = connect.destination
+    async def _carry(self, transport: asyncio.Transport, head: Head, started: float) -> None:
+        destination = head.destination
         try:
-            if self.intercepts(destination):
-                await self._intercept(transport, destination, connect.rest, started)
+            if isinstance(head, Forward):
+                await self._tunnel(transport, head, started)
+            elif self.intercepts(destination):
+                await self._intercept(transport, destination, head.rest, started)
             else:
-                await self._tunnel(transport, destination, connect.rest, started)
+                await self._tunnel(transport, head, started)
         except asyncio.CancelledError:
             transport.abort()
-            connect_finished(destination, "setup", "proxy_shutdown", started)
+            connect_finished(destination, Mode.SETUP, Outcome.PROXY_SHUTDOWN, started)
             raise
         except Exception as exc:  # a bug of ours: the connection ends, a line says why
             transport.abort()
-            connect_finished(
-                destination, "setup", "proxy_error", started, error=f"{type(exc).__name__}: {exc}"
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            connect_finished(destination, Mode.SETUP, Outcome.PROXY_ERROR, started, error=error)
 
     async def _intercept(
         self, transport: asyncio.Transport, destination: Destination, rest: bytes, started: float
     ) -> None:
         if rest:  # TLS bytes sent before our 200: start_tls cannot be handed them
             answer(transport, 400, "send the TLS handshake after the 200 answer to CONNECT")
-            connect_finished(destination, "intercept", "bad_connect", started)
+            connect_finished(destination, Mode.INTERCEPT, Outcome.BAD_CONNECT, started)
             return
         context = self.leaves.context(destination)
         transport.write(ESTABLISHED)
@@ -174,22 +202,22 @@ class InterceptListener:
             transport.abort()
             reason = getattr(exc, "reason", None)
             outcome = (
-                "tls_client_refused_certificate"
+                Outcome.TLS_CLIENT_REFUSED_CERTIFICATE
                 if reason in REFUSED_CERTIFICATE
-                else "tls_handshake_timeout"
+                else Outcome.TLS_HANDSHAKE_TIMEOUT
                 if isinstance(exc, TimeoutError)
-                else "tls_handshake_failed"
+                else Outcome.TLS_HANDSHAKE_FAILED
             )
             hint = None
-            if outcome == "tls_handshake_failed":
+            if outcome is Outcome.TLS_HANDSHAKE_FAILED:
                 hint = "the client ended the handshake: does it trust the sseproxy CA?"
             connect_finished(
                 destination,
-                "intercept",
+                Mode.INTERCEPT,
                 outcome,
                 started,
-                error=f"{type(exc).__name__}: {exc}"[:500],
-                **({"hint": hint} if hint else {}),
+                error=f"{type(exc).__name__}: {exc}",
+                hint=hint,
             )
             return
         if tls is None:  # pragma: no cover (start_tls returns a transport or raises)
@@ -200,60 +228,98 @@ class InterceptListener:
         protocol.connection_made(tls)
         holding.hand_over(protocol, tls)
 
-    async def _tunnel(
-        self, transport: asyncio.Transport, destination: Destination, rest: bytes, started: float
-    ) -> None:
+    def _serve_plain(self, transport: asyncio.Transport, forward: Forward) -> None:
+        """The reverse proxy's server takes the connection, its route `http://host:port`."""
+        protocol = self.server_factory()
+        transport.set_protocol(protocol)
+        protocol.connection_made(RoutedTransport(transport, forward.destination.route("http")))
+        protocol.data_received(forward.head + forward.rest)
+        if transport.is_closing():  # the server answered at once (a refusal) and closed
+            return
+        transport.resume_reading()
+
+    def egress(self, scheme: str, destination: Destination) -> EgressProxy | None:
+        return self.settings.proxies.for_target(scheme, destination.host, destination.port)
+
+    async def _tunnel(self, transport: asyncio.Transport, head: Head, started: float) -> None:
+        """A CONNECT's bytes, or a forwarded request's, relayed both ways untouched."""
         loop = asyncio.get_running_loop()
+        destination = head.destination
+        forward = isinstance(head, Forward)
+        mode = Mode.FORWARD if forward else Mode.TUNNEL
         if len(self.tunnels) >= self.settings.max_tunnels:
             answer(transport, 503, f"{self.settings.max_tunnels} tunnels are open already")
-            connect_finished(destination, "tunnel", "overloaded", started)
+            connect_finished(destination, mode, Outcome.OVERLOADED, started)
             return
+        # A CONNECT carries https (or wss); an absolute-form request is http.
+        proxy = self.egress("http" if forward else "https", destination)
+        via = proxy.name if proxy is not None else None
 
         def done(tunnel: Tunnel) -> None:
             self.tunnels.discard(tunnel)
+            by = ClosedBy(tunnel.closed_by) if tunnel.closed_by else None
+            relayed = Relayed(tunnel.client.received, tunnel.upstream.received, by)
             connect_finished(
                 destination,
-                "tunnel",
-                "closed",
+                mode,
+                Outcome.CLOSED,
                 started,
-                bytes_up=tunnel.client.received,
-                bytes_down=tunnel.upstream.received,
-                closed_by=tunnel.closed_by,
+                relayed=relayed,
                 error=tunnel.error,
+                egress=via,
             )
 
         tunnel = Tunnel(done)
+        opening = loop.time()
         try:
-            async with asyncio.timeout(self.settings.connect_timeout):
-                await loop.create_connection(
-                    lambda: tunnel.upstream, destination.host, destination.port
-                )
-        except (OSError, TimeoutError) as exc:
-            timed_out = isinstance(exc, TimeoutError)
+            await open_connection(
+                lambda: tunnel.upstream,
+                tls=None,
+                host=destination.host,
+                port=destination.port,
+                proxy=proxy,
+                timeout=self.settings.connect_timeout,
+                proxy_tls=self._proxy_tls(proxy),
+            )
+        except UpstreamFailed as exc:
+            # open_connection says a timeout in its cause only: the whole time went by.
+            timed_out = loop.time() - opening >= self.settings.connect_timeout
             status = 504 if timed_out else 502
             answer(transport, status, f"no connection to {destination.authority}")
             connect_finished(
                 destination,
-                "tunnel",
-                "upstream_timeout" if timed_out else "upstream_unreachable",
+                mode,
+                Outcome.UPSTREAM_TIMEOUT if timed_out else Outcome.UPSTREAM_UNREACHABLE,
                 started,
-                error=f"{type(exc).__name__}: {exc}"[:500],
+                error=exc.cause,
+                egress=via,
             )
             return
         self.tunnels.add(tunnel)
         transport.set_protocol(tunnel.client)
         tunnel.client.connection_made(transport)
-        transport.write(ESTABLISHED)
-        if rest:  # sent before our answer: it is the client's first bytes for the host
-            tunnel.client.data_received(rest)
+        if isinstance(head, Forward):  # the rewritten head, then what came with it
+            tunnel.client.data_received(head.head + head.rest)
+        else:
+            transport.write(ESTABLISHED)
+            if head.rest:  # sent before our answer: it is the client's first bytes for the host
+                tunnel.client.data_received(head.rest)
         if transport.is_closing():  # the client left while we connected
             tunnel.client.connection_lost(None)
         else:
             transport.resume_reading()
 
+    def _proxy_tls(self, proxy: EgressProxy | None) -> ssl.SSLContext | None:
+        """What checks an `https://` egress proxy's certificate: the upstream leg's trust."""
+        if proxy is None or not proxy.tls:
+            return None
+        if self._egress_tls is None:
+            self._egress_tls = tls_context(self.settings.ca_file)
+        return self._egress_tls
+
 
 def answer(transport: asyncio.Transport, status: int, message: str) -> None:
-    """The proxy's own short answer to a CONNECT, then the connection closes."""
+    """The proxy's own short answer to a request head, then the connection closes."""
     body = message.encode() + b"\n"
     head = (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: text/plain\r\n"
@@ -265,7 +331,7 @@ def answer(transport: asyncio.Transport, status: int, message: str) -> None:
 
 
 class ConnectProtocol(asyncio.Protocol):
-    """A connection to the listener until its CONNECT head is whole."""
+    """A connection to the listener until its request head is whole."""
 
     def __init__(self, listener: InterceptListener) -> None:
         self.listener = listener
@@ -284,27 +350,28 @@ class ConnectProtocol(asyncio.Protocol):
     def timed_out(self) -> None:
         if self.reader is not None and self.transport is not None:
             self.reader = None
-            answer(self.transport, 408, "the CONNECT head did not arrive in time")
-            connect_finished(None, "setup", "head_timeout", self.started)
+            answer(self.transport, 408, "the request head did not arrive in time")
+            connect_finished(None, Mode.SETUP, Outcome.HEAD_TIMEOUT, self.started)
 
     def data_received(self, data: bytes) -> None:
         reader, transport = self.reader, self.transport
         if reader is None or transport is None:
             return
         try:
-            connect = reader.feed(data)
+            head = reader.feed(data)
         except HeadRefused as refused:
             self.reader = None
             self._stop_timer()
             answer(transport, refused.status, refused.reason)
-            connect_finished(None, "setup", "bad_connect", self.started, error=refused.reason)
+            error = refused.reason
+            connect_finished(None, Mode.SETUP, Outcome.BAD_CONNECT, self.started, error=error)
             return
-        if connect is None:
+        if head is None:
             return
         self.reader = None
         self._stop_timer()
         transport.pause_reading()
-        self.listener.carry(transport, connect, self.started)
+        self.listener.carry(transport, head, self.started)
 
     def eof_received(self) -> bool:
         return False  # close; a CONNECT being carried out sees the transport closing

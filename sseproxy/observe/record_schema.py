@@ -33,3 +33,8 @@ def record_fields() -> frozenset[str]:
 def session_fields() -> frozenset[str]:
     """Every top-level field a session.finished record may hold."""
     return frozenset(schema()["$defs"]["session_finished"]["properties"])
+
+
+def connect_fields() -> frozenset[str]:
+    """Every top-level field a connect.finished record holds."""
+    return frozenset(schema()["$defs"]["connect_finished"]["properties"])

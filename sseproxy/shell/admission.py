@@ -15,7 +15,7 @@ from sseproxy.core import EndReason
 from sseproxy.core.inject import InjectionDisabled, InjectionError, Rule, parse_rules
 from sseproxy.core.request import body_members, request_facts
 from sseproxy.core.request_body import decode_request_body
-from sseproxy.intercept.destination import intercepted_route
+from sseproxy.intercept.destination import transport_route
 from sseproxy.shell.state import Exchange, ProxyState, RequestFacts
 
 INJECT_HEADER = "x-sseproxy-inject"
@@ -94,7 +94,7 @@ async def admit(
 def connection_route(request: web.Request) -> Route | None:
     """The intercept route of the connection `request` arrived on, if it has one."""
     transport = request.transport
-    return intercepted_route(transport.get_extra_info("sslcontext")) if transport else None
+    return transport_route(transport) if transport else None
 
 
 async def read_body(

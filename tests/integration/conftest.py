@@ -75,7 +75,8 @@ class LogCapture:
         """Every record written, also those a test cleared from the log."""
         lines = "".join(self.stream.history).splitlines()
         parsed = (json.loads(line) for line in lines)
-        return [r for r in parsed if r.get("event") in ("request.finished", "session.finished")]
+        kinds = ("request.finished", "session.finished", "connect.finished")
+        return [r for r in parsed if r.get("event") in kinds]
 
     def sessions(self) -> list[dict[str, Any]]:
         """The `session.finished` records (one per WebSocket connection)."""

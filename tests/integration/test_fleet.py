@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sseproxy.cli import main
-from sseproxy.observe.record_schema import record_fields, session_fields
+from sseproxy.observe.record_schema import connect_fields, record_fields, session_fields
 from tests.integration.conftest import LogCapture
 from tests.integration.fake_upstream import Close, Reset, Script, Send, WaitFor
 from tests.streams import chat_chunk, sse
@@ -552,3 +552,97 @@ def test_the_sessions_table_has_a_column_for_every_schema_field(tmp_path) -> Non
     finally:
         session.close()
     assert {c["name"] for c in columns} == session_fields()
+
+
+# -- connects: intercept mode's connect.finished records in ClickHouse ----------------------
+
+
+@pytest.fixture
+async def connect_log(logs, tmp_path) -> tuple[Path, list[dict[str, Any]]]:
+    """A log with the listener's records of each kind: a tunnel that closed, a refused head,
+    a forwarded request whose host could not be reached."""
+    import socket
+
+    from sseproxy.intercept.ca import Leaves, load_or_create
+    from sseproxy.intercept.listener import InterceptListener, ListenerSettings
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            writer.write(data)
+        writer.close()
+
+    echo_server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    echo_port = echo_server.sockets[0].getsockname()[1]
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        free = closed.getsockname()[1]
+    leaves = Leaves(load_or_create(tmp_path / "ca"))
+    listener = InterceptListener(ListenerSettings(set(), 5), leaves, asyncio.Protocol)
+    port = await listener.start("127.0.0.1", 0)
+    heads = [
+        f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\nping",
+        "BREW /pot HTTP/1.1\r\n\r\n",
+        f"GET http://127.0.0.1:{free}/ HTTP/1.1\r\n\r\n",
+    ]
+    try:
+        async with asyncio.timeout(10):
+            for head in heads:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(head.encode())
+                if head.startswith("CONNECT"):
+                    await reader.readuntil(b"\r\n\r\n")
+                    assert await reader.readexactly(4) == b"ping"
+                    writer.close()
+                else:
+                    await reader.read()
+                    writer.close()
+            while len(connects(logs)) < len(heads):
+                await asyncio.sleep(0.01)
+    finally:
+        await listener.stop()
+        echo_server.close()
+    path = tmp_path / "sseproxy.log"
+    path.write_text("\n".join(logs.lines()) + "\n")
+    return path, connects(logs)
+
+
+def connects(logs: LogCapture) -> list[dict[str, Any]]:
+    parsed = (json.loads(line) for line in logs.lines())
+    return [r for r in parsed if r.get("event") == "connect.finished"]
+
+
+async def test_the_connects_table_holds_each_record_both_paths(connect_log, clickhouse) -> None:
+    path, records = connect_log
+    lines = path.read_text().splitlines(keepends=True)
+    data = "".join(line for line in lines if '"event":"connect.finished"' in line)
+    clickhouse.query(f"{insert_query('CONNECTS_QUERY')}\n{data}")
+    wanted = ("host", "port", "mode", "outcome", "bytes_up", "bytes_down", "closed_by")
+    got = rows(clickhouse, f"SELECT {', '.join(wanted)} FROM sseproxy.connects ORDER BY outcome")
+    assert got == sorted(({k: r[k] for k in wanted} for r in records), key=lambda r: r["outcome"])
+    assert {r["outcome"] for r in got} == {"closed", "bad_connect", "upstream_unreachable"}
+    direct = rows(clickhouse, "SELECT * FROM sseproxy.connects ORDER BY outcome")
+    clickhouse.query("TRUNCATE TABLE sseproxy.connects")
+    clickhouse.query("CREATE DATABASE otel")
+    clickhouse.query(
+        "CREATE TABLE otel.otel_logs (Timestamp DateTime64(9) DEFAULT now64(9), Body String) "
+        "ENGINE = MergeTree ORDER BY Timestamp"
+    )
+    for statement in statements("otel.sql"):
+        clickhouse.query(statement)
+    clickhouse.query(f"INSERT INTO otel.otel_logs (Body) FORMAT LineAsString\n{path.read_text()}")
+    assert rows(clickhouse, "SELECT * FROM sseproxy.connects ORDER BY outcome") == direct
+
+
+def test_the_connects_table_has_a_column_for_every_schema_field(tmp_path) -> None:
+    session = chdb_session.Session(str(tmp_path / "chdb"))
+    try:
+        for statement in statements("schema.sql"):
+            session.query(statement)
+        columns = rows(
+            session,
+            "SELECT name FROM system.columns WHERE database = 'sseproxy' AND table = 'connects' "
+            "AND default_kind != 'MATERIALIZED'",
+        )
+    finally:
+        session.close()
+    assert {c["name"] for c in columns} == connect_fields()

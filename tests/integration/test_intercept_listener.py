@@ -120,16 +120,6 @@ async def test_a_head_that_does_not_arrive_in_time_is_answered_408(
     assert (await wait_line(logs))["outcome"] == "head_timeout"
 
 
-async def test_a_plain_request_is_told_this_is_a_forward_proxy(
-    listener: tuple[InterceptListener, int], logs: LogCapture
-) -> None:
-    _, port = listener
-    answer = await exchange(port, b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n")
-    assert answer.startswith(b"HTTP/1.1 405 ")
-    assert b"only CONNECT" in answer
-    assert (await wait_line(logs))["outcome"] == "bad_connect"
-
-
 async def test_an_unreachable_host_is_answered_502(
     listener: tuple[InterceptListener, int], logs: LogCapture
 ) -> None:

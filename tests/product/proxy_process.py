@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -78,8 +78,10 @@ class ProxyProcess:
         args: Sequence[str] = (),
         pause_after_start: bool = False,
         cwd: Path | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SSEPROXY_")}
+        env.update(environ or {})  # the test's own variables (an egress proxy's)
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         argv = [str(installed_command()), "--config", str(config), "--listen", "127.0.0.1:0"]
         self.proc = subprocess.Popen(
@@ -205,13 +207,17 @@ def start_proxy(
     loop: str | None,
     args: Sequence[str] = (),
     pause_after_start: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> ProxyProcess:
     """The installed command on its defaults in front of `target`; `loop` None keeps the
-    default event loop (auto: uvloop), else `--event-loop LOOP`."""
+    default event loop (auto: uvloop), else `--event-loop LOOP`; `environ` is added to the
+    process's environment."""
     config = folder / "sseproxy.toml"
     config.write_text(product_config(target), "utf-8")
     extra = [*args, *(["--event-loop", loop] if loop else [])]
-    proxy = ProxyProcess(config, extra, pause_after_start=pause_after_start, cwd=folder)
+    proxy = ProxyProcess(
+        config, extra, pause_after_start=pause_after_start, cwd=folder, environ=environ
+    )
     proxy.wait_started()
     expected = loop or ("uvloop" if UVLOOP else "asyncio")  # auto: uvloop where installed
     if proxy.event_loop != expected:

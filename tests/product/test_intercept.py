@@ -27,7 +27,8 @@ from google.genai import types
 
 from tests.product.fake_provider import FakeProvider
 from tests.product.proxy_process import ProxyProcess, start_proxy
-from tests.product.tls_front import Fronts
+from tests.product.tls_front import Egress, Fronts
+from tests.record_contract import VALIDATOR
 
 pytestmark = pytest.mark.product
 CLIENT_TIMEOUT = 30.0
@@ -188,6 +189,34 @@ async def test_anthropic_sdk_through_https_proxy(
     same_content(by_route["anthropic"], by_route["intercept"])
 
 
+async def test_openai_sdk_through_http_proxy_to_a_plain_http_host(
+    intercepting: ProxyProcess, fake: FakeProvider
+) -> None:
+    """httpx given a proxy sends an http:// URL's request in absolute-form: the listener
+    gives it to the same handler, recorded with the real host's http:// upstream."""
+    name = f"ok-{uuid.uuid4().hex[:10]}"
+    port = int(fake.url.rsplit(":", 1)[1])
+    got = await chat(
+        openai.AsyncOpenAI(
+            base_url=f"http://localhost:{port}/v1",
+            api_key="sk-test",
+            max_retries=0,
+            http_client=httpx.AsyncClient(proxy=proxy_address(intercepting)),
+        ),
+        name,
+    )
+    reverse = await chat(
+        openai.AsyncOpenAI(base_url=intercepting.url + "/v1", api_key="sk-test", max_retries=0),
+        name,
+    )
+    assert got == reverse and got[0] and got[1]
+    records = await intercepting.wait_records(lambda r: r.get("model") == name, n=2)
+    by_route = {r["route"]: r for r in records}
+    assert set(by_route) == {"intercept", "openai"}
+    assert by_route["intercept"]["upstream"] == f"http://localhost:{port}"
+    same_content(by_route["openai"], by_route["intercept"])
+
+
 def connect_lines(process: ProxyProcess, **match: Any) -> list[dict[str, Any]]:
     return [
         r
@@ -235,6 +264,7 @@ async def test_a_host_not_intercepted_is_tunnelled_byte_for_byte(
     line = await wait_connect_line(intercepting, port=trusted.echo_port, mode="tunnel")
     assert (line["host"], line["outcome"], line["closed_by"]) == ("127.0.0.1", "closed", "client")
     assert line["bytes_up"] == line["bytes_down"] == len(payload)
+    assert not list(VALIDATOR.iter_errors(line))  # a record of the schema
 
 
 async def test_an_upstream_certificate_that_does_not_verify_is_refused(
@@ -431,3 +461,47 @@ async def test_google_genai_through_https_proxy(
         "completed",
     )
     same_content(by_route["gemini"], by_route["intercept"])
+
+
+async def test_tunnels_and_intercepted_requests_go_through_the_processs_egress_proxy(
+    fake: FakeProvider, loop: str | None, trusted: Fronts, tmp_path: Path
+) -> None:
+    """HTTPS_PROXY in the proxy's own environment: the intercepted request's upstream leg and
+    a tunnel both reach their hosts by a CONNECT to it."""
+    upstream_ca = tmp_path / "upstream-ca.pem"
+    trusted.ca.cert_pem.write_to_path(str(upstream_ca))
+    egress = Egress().start()
+    args = ["--intercept-listen", "127.0.0.1:0", "--intercept-host", "localhost"]
+    args += ["--upstream-ca-file", str(upstream_ca), "--ca-dir", str(tmp_path / "ca")]
+    environ = {"HTTPS_PROXY": egress.url, "NO_PROXY": "", "no_proxy": "", "https_proxy": ""}
+    process: ProxyProcess | None = None
+    try:
+        process = start_proxy(tmp_path, fake.url, loop, args, environ=environ)
+        name = f"ok-{uuid.uuid4().hex[:10]}"
+        got = await chat(
+            openai.AsyncOpenAI(
+                base_url=f"https://localhost:{trusted.tls_port}/v1",
+                api_key="sk-test",
+                max_retries=0,
+                http_client=http_client(process),
+            ),
+            name,
+        )
+        assert got[0] and got[1]
+        [record] = await process.wait_records(lambda r: r.get("model") == name)
+        assert (record["route"], record["state"]) == ("intercept", "completed")
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            reader, writer, head = await open_connect(process, f"127.0.0.1:{trusted.echo_port}")
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.write(b"abc")
+            assert await reader.readexactly(3) == b"abc"
+            writer.close()
+        line = await wait_connect_line(process, port=trusted.echo_port, mode="tunnel")
+    finally:
+        if process is not None:
+            process.stop()
+        egress.stop()
+    assert line["egress"] == egress.url
+    targets = [h.split(b" ")[1].decode() for h in egress.heads]
+    assert f"localhost:{trusted.tls_port}" in targets  # the intercepted upstream leg
+    assert f"127.0.0.1:{trusted.echo_port}" in targets  # the tunnel

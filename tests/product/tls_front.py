@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import trustme
 
+from tests.integration.egress_proxy import ConnectProxy
+
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
@@ -103,6 +105,34 @@ class Fronts:
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+
+class Egress:
+    """An egress proxy (`ConnectProxy`: CONNECT only, each head recorded) in a thread of its
+    own, for the proxy process to be given as its HTTPS_PROXY / HTTP_PROXY."""
+
+    def __init__(self) -> None:
+        self.proxy = ConnectProxy()
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="egress", daemon=True)
+
+    @property
+    def heads(self) -> list[bytes]:
+        return list(self.proxy.heads)
+
+    def start(self) -> Egress:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.proxy.__aenter__(), self._loop).result(10)
+        self.url = f"http://{self.proxy.url}"
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.proxy.__aexit__(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
