@@ -78,6 +78,7 @@ def client_environment(
         Variable("HTTPS_PROXY", proxy, "every client: where to send https traffic"),
         Variable("HTTP_PROXY", proxy, "every client: where to send http traffic"),
         Variable("http_proxy", proxy, "curl reads only this spelling for http:// URLs"),
+        Variable("ALL_PROXY", proxy, "clients that read only this one (curl's fallback)"),
         Variable("NO_PROXY", no_proxy(intercepted), "every client: loopback stays direct"),
         Variable("NODE_EXTRA_CA_CERTS", str(ca_file), "Node, Bun, Claude Code (process env only)"),
         Variable("NODE_USE_ENV_PROXY", "1", "Node's built-in fetch reads HTTPS_PROXY only then"),

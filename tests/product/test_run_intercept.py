@@ -132,7 +132,11 @@ def assert_ca_variables(run: RunResult) -> None:
         assert env[name] == str(bundle), name
     assert bundle.read_text().endswith(ca_file.read_text())
     assert env["SSEPROXY_URL"].startswith("http://127.0.0.1:")
-    assert "set HTTPS_PROXY, NO_PROXY, NODE_EXTRA_CA_CERTS" in run.done.stderr
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        assert env[name] == env["HTTPS_PROXY"], name
+    assert (
+        "set HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY, NODE_EXTRA_CA_CERTS" in run.done.stderr
+    )
 
 
 def test_a_local_stand_in_named_for_interception_is_intercepted(

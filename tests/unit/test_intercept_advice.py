@@ -40,6 +40,7 @@ def test_ca_prints_the_file_its_fingerprint_and_the_variables(
         "export HTTPS_PROXY=http://127.0.0.1:8791",
         "export HTTP_PROXY=http://127.0.0.1:8791",
         "export http_proxy=http://127.0.0.1:8791",
+        "export ALL_PROXY=http://127.0.0.1:8791",
         "export NO_PROXY=localhost,127.0.0.1,::1",
         f"export NODE_EXTRA_CA_CERTS={cert}",
         "export NODE_USE_ENV_PROXY=1",

@@ -75,16 +75,17 @@ def test_intercept_gives_the_https_proxy_and_the_ca_and_no_base_url() -> None:
         assert env[name] == "/ca/sseproxy-ca-bundle.pem", name
     # localhost is intercepted: a local stand-in must go through the listener
     assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,::1"
-    # the user's own: where the clients go, and plain HTTP's proxy
-    assert (env["OPENAI_BASE_URL"], env["HTTP_PROXY"], env["PATH"]) == (
-        "https://example.test/v1",
-        "h",
-        "/bin",
-    )
+    # plain HTTP goes through the listener too (it forwards absolute-form requests)
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        assert env[name] == "http://127.0.0.1:43211", name
+    # the user's own: where the clients go
+    assert (env["OPENAI_BASE_URL"], env["PATH"]) == ("https://example.test/v1", "/bin")
     assert "ANTHROPIC_BASE_URL" not in env and "OPENAI_API_BASE" not in env
     assert env["SSEPROXY_URL"] == BASE
     assert launch.set == (
         "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
         "NO_PROXY",
         "NODE_EXTRA_CA_CERTS",
         "NODE_USE_ENV_PROXY",

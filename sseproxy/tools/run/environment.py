@@ -30,7 +30,7 @@ CODEX_KEY_VARIABLE = "OPENAI_API_KEY"
 
 
 # Set in both spellings: Python's urllib and curl prefer the lower-case one when both are set.
-LOWER_CASE_TOO = ("HTTPS_PROXY", "NO_PROXY")
+LOWER_CASE_TOO = ("HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,8 @@ def intercept_environment(
             if variable.name == "NO_PROXY":
                 value = _no_proxy(env.get(name, ""), value, interception.hosts)
             env[name] = value
-        names.append(variable.name)
+        if variable.name.isupper():  # `http_proxy` is HTTP_PROXY's other spelling
+            names.append(variable.name)
     return env, names
 
 
