@@ -494,12 +494,12 @@ class Ledger:
         self.expire(now)
         text = ended.text[:MAX_PREFIX_CHARS] if self.keep_text and ended.text is not None else None
         stateless = ended.mcp_stateless
-        if ended.keys is not None:
+        if stateless and ended.mcp_call is not None:  # sent again under a new JSON-RPC id
+            keys = BodyKeys(mcp_key(ended.path, ended.mcp_call))
+        elif ended.keys is not None:
             keys = ended.keys
         elif not self.needs_keys(ended):  # no link can come of them: none computed
             keys = BodyKeys(websocket=ended.websocket)
-        elif stateless and ended.mcp_call is not None:  # sent again under a new JSON-RPC id
-            keys = BodyKeys(mcp_key(ended.path, ended.mcp_call))
         else:
             keys = body_keys(ended.method, ended.path, ended.body, ended.websocket)
         target = target_key(ended.path)
