@@ -306,7 +306,11 @@ class StreamView:
 def inspected_client(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
     """A live row's `run_id` and `client`, from the request's headers (its record, at the
     end, says the same)."""
-    fields = client_fields(headers)
+    return client_row(client_fields(headers))
+
+
+def client_row(fields: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A live row's `run_id` and `client`, from `client_fields` already worked out."""
     return fields["run_id"], client_label(fields["client"])
 
 

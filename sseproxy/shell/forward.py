@@ -19,7 +19,8 @@ from sseproxy.core.events import Framing
 from sseproxy.core.inject import Injector
 from sseproxy.core.pacing import Pacing
 from sseproxy.core.readers import framing_for
-from sseproxy.inspector.endpoints import CONTENT_CHARS, StreamView, inspected_client
+from sseproxy.inspector.endpoints import CONTENT_CHARS, StreamView, client_row
+from sseproxy.observe.clients import client_fields
 from sseproxy.shell import accelerator
 from sseproxy.shell.admission import Refused, via_entry
 from sseproxy.shell.delivery import ClientDelivery, ContentWatch
@@ -352,7 +353,8 @@ def begin(
         status=p.status,
         tap=p.tap,
     )
-    p.view.run_id, p.view.client = inspected_client(facts.headers)
+    p.client = client_fields(facts.headers)  # the record's too
+    p.view.run_id, p.view.client = client_row(p.client)
     state.inspector.started(p.view)
     p.capture = start_capture(state, facts, p, dialect)
 

@@ -27,19 +27,26 @@ record says which (`round_trip`), counted from the first.
 Bounded three ways, all configurable: streams kept (oldest evicted first), seconds kept after
 the end, events per stream (the tap's recorder keeps the last ones). What one stream costs
 does not grow with what a peer sends: ids are kept as `core.resume.cursor_key`s (at most 40
-characters), the target and the body as 16-byte digests. A body is digested only up to
-MAX_HASHED_BODY_BYTES (larger: never linked as a retry); it is parsed for its meaning only up to
-MAX_MEANING_BODY_BYTES (larger: linked only when byte-equal). Each request is digested once,
-then compared with at most `limits.streams` kept digests.
+characters), the target and the body as 12-byte digests (`_digest`). A body is digested only up
+to MAX_HASHED_BODY_BYTES (larger: never linked as a retry); it is parsed for its meaning only up
+to MAX_MEANING_BODY_BYTES (larger: linked only when byte-equal).
+
+What a request costs the ledger does not grow with the streams kept: a retry is found through
+an index, (kind of key, route, digest) -> the newest kept stream with it, at most four entries
+per stream. Nor is a body digested when no link can come of it: while the route keeps no
+stream a later request could link to (one cut or failed, or paused for input), a request that
+ended well is kept without its body's keys (a newer stream's keys only ever hide older ones
+from a lookup, and there are none to hide), so the common case (every answer complete) parses
+and hashes nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -112,12 +119,22 @@ class BodyKeys:
     turn: str | None = None
 
 
+def _keyed_hash(parts: tuple[bytes, ...]) -> int:
+    """Python's own hash of the parts (SipHash-1-3 under a secret drawn per process: a peer
+    cannot aim at a value it never sees). A bytes object keeps its hash, so a body hashed for
+    one key costs nothing for the next."""
+    return hash(parts)
+
+
 def _digest(*parts: bytes) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    """The parts' identity, in process only (never written out): 64 bits of keyed SipHash,
+    confirmed by a CRC-32 of the parts and their lengths, so two keys that collide in one
+    still differ in the other. For a 40 KB body about half of what BLAKE2 (its reference
+    build, as CPython ships it) costs."""
+    crc = 0
     for part in parts:
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()
+        crc = zlib.crc32(part, zlib.crc32(len(part).to_bytes(8, "big"), crc))
+    return f"{_keyed_hash(parts) & 0xFFFF_FFFF_FFFF_FFFF:016x}{crc:08x}"
 
 
 def body_keys(
@@ -272,9 +289,9 @@ def resumption(method: str, path: str, headers: Mapping[str, str]) -> Resumption
 
 
 def target_key(path: str) -> str:
-    """The identity of a request target (path and query, as sent) in 16 bytes: a stream keeps
+    """The identity of a request target (path and query, as sent) in 12 bytes: a stream keeps
     this, not a target of up to 8 KiB."""
-    return hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return _digest(path.encode("utf-8", "surrogatepass"))
 
 
 def body_key(method: str, path: str, body: bytes) -> str | None:
@@ -287,24 +304,80 @@ def body_key(method: str, path: str, body: bytes) -> str | None:
 
 def mcp_key(path: str, call: str) -> str:
     """The identity of a stateless MCP call sent again: its target and the call without its
-    JSON-RPC id (`mcp_request.call_key`), in the same 16 bytes as `body_key`."""
-    h = hashlib.blake2b(b"mcp", digest_size=16)
-    for part in (path.encode("utf-8", "surrogatepass"), call.encode()):
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()
+    JSON-RPC id (`mcp_request.call_key`), digested as `body_key` is."""
+    return _digest(b"mcp", path.encode("utf-8", "surrogatepass"), call.encode())
+
+
+class KeyKind(Enum):
+    """The index's kinds of key: one per way `linked_by` compares two requests."""
+
+    EXACT = 1
+    MEANING = 2
+    ASKED = 3
+    TURN = 4
+
+
+# (kind, route, digest, websocket): the exact and meaning keys link only over the same
+# transport; an asked key links a WebSocket turn (True) or a streamed HTTP request (False)
+# to one sent without a stream; a turn id links whatever its transport (always False).
+IndexKey = tuple[KeyKind, str | None, str, bool]
+
+
+def index_keys(route: str | None, keys: BodyKeys) -> Iterator[IndexKey]:
+    """Where a kept stream with `keys` is found (at most four entries)."""
+    ws = keys.websocket
+    if keys.exact is not None:
+        yield (KeyKind.EXACT, route, keys.exact, ws)
+    if keys.meaning is not None:
+        yield (KeyKind.MEANING, route, keys.meaning, ws)
+    if keys.asked is not None and keys.streamed:  # only a streamed original is re-sent without
+        yield (KeyKind.ASKED, route, keys.asked, ws)
+    if keys.turn is not None:
+        yield (KeyKind.TURN, route, keys.turn, False)
+
+
+def lookup_keys(route: str | None, keys: BodyKeys) -> Iterator[IndexKey]:
+    """Where the kept streams that `keys` repeats (by `linked_by`) are found."""
+    ws = keys.websocket
+    if keys.exact is not None:
+        yield (KeyKind.EXACT, route, keys.exact, ws)
+    if keys.meaning is not None:
+        yield (KeyKind.MEANING, route, keys.meaning, ws)
+    if keys.asked is not None and not ws:
+        yield (KeyKind.ASKED, route, keys.asked, True)  # a WebSocket turn sent over HTTP
+        if not keys.streamed:
+            yield (KeyKind.ASKED, route, keys.asked, False)  # a streamed request sent without
+    if keys.turn is not None:
+        yield (KeyKind.TURN, route, keys.turn, False)
+
+
+def linkable(kept: Kept) -> bool:
+    """A later request can link to it: it was cut or failed (a retry), or paused for input
+    (a round trip)."""
+    return kept.state in RETRIED_STATES or kept.finish_reason == INPUT_REQUIRED
 
 
 class Ledger:
-    """The ended streams, oldest first, within `limits`."""
+    """The ended streams, oldest first, within `limits`, and an index of their body keys."""
 
     def __init__(self, limits: LedgerLimits, keep_text: bool = False) -> None:
         self.limits = limits
         self.keep_text = keep_text
         self._kept: OrderedDict[str, Kept] = OrderedDict()
+        self._order: dict[str, int] = {}  # request id -> when it was kept (larger: newer)
+        self._kept_count = 0
+        # each key -> the newest kept stream with it, with its order: a retry is found without
+        # a walk over every kept stream
+        self._index: dict[IndexKey, tuple[int, Kept]] = {}
+        self._linkable: Counter[str | None] = Counter()  # per route: `linkable` streams kept
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    @property
+    def indexed(self) -> int:
+        """Entries in the index (at most four per kept stream)."""
+        return len(self._index)
 
     def expire(self, now: float) -> None:
         """Forget the streams that ended more than `limits.seconds` ago."""
@@ -313,15 +386,56 @@ class Ledger:
             oldest = next(iter(self._kept.values()))
             if oldest.original.ended >= horizon:
                 break
-            self._kept.popitem(last=False)
+            self._forget(self._kept.popitem(last=False)[1])
 
     def keep(self, kept: Kept) -> None:
         if self.limits.streams <= 0:
             return
-        self._kept[kept.original.request_id] = kept
-        self._kept.move_to_end(kept.original.request_id)
+        rid = kept.original.request_id
+        replaced = self._kept.pop(rid, None)
+        if replaced is not None:  # kept again under its id: it answers for its new keys only
+            self._forget(replaced)
+            self._reindex(replaced)
+        self._kept[rid] = kept
+        self._kept_count += 1
+        self._order[rid] = self._kept_count
+        for key in index_keys(kept.route, kept.keys):
+            self._index[key] = (self._kept_count, kept)
+        if linkable(kept):
+            self._linkable[kept.route] += 1
         while len(self._kept) > self.limits.streams:
-            self._kept.popitem(last=False)
+            self._forget(self._kept.popitem(last=False)[1])
+
+    def _forget(self, gone: Kept) -> None:
+        """Drop a stream that left `_kept` from the index and the counts. An entry that names
+        it is removed: the oldest leaves first, so no other kept stream has that key (a stream
+        replaced under its id is handled by `_reindex`)."""
+        self._order.pop(gone.original.request_id, None)
+        for key in index_keys(gone.route, gone.keys):
+            entry = self._index.get(key)
+            if entry is not None and entry[1] is gone:
+                del self._index[key]
+        if linkable(gone):
+            self._linkable[gone.route] -= 1
+            if self._linkable[gone.route] <= 0:
+                del self._linkable[gone.route]
+
+    def _reindex(self, gone: Kept) -> None:
+        """Point the keys `gone` had at the newest kept stream that still has them (rare: a
+        request id kept twice; a walk over the kept streams)."""
+        wanted = set(index_keys(gone.route, gone.keys)) - self._index.keys()
+        for kept in reversed(self._kept.values()):
+            if not wanted:
+                return
+            for key in index_keys(kept.route, kept.keys):
+                if key in wanted:
+                    wanted.discard(key)
+                    self._index[key] = (self._order[kept.original.request_id], kept)
+
+    def _found(self, keys: Iterator[IndexKey]) -> list[Kept]:
+        """The kept streams found under any of `keys`, newest first (at most five)."""
+        entries = {id(e[1]): e for e in map(self._index.get, keys) if e is not None}
+        return [kept for _, kept in sorted(entries.values(), key=lambda e: -e[0])]
 
     def newest(self) -> list[Kept]:
         return list(reversed(self._kept.values()))
@@ -351,10 +465,8 @@ class Ledger:
         failed (a repeat of a completed one is a new question, not a retry)."""
         if keys.exact is None:
             return None
-        for kept in self.newest():
-            if kept.route != route:
-                continue
-            how = linked_by(kept.keys, keys)
+        for kept in self._found(lookup_keys(route, keys)):
+            how = linked_by(kept.keys, keys)  # by construction it links; checked all the same
             if how is not None:
                 return (kept, how) if kept.state in RETRIED_STATES else None
         return None
@@ -363,10 +475,17 @@ class Ledger:
         """The newest request of this MCP call, when it was answered `input_required`."""
         if key is None:
             return None
-        for kept in self.newest():
-            if kept.route == route and kept.keys.exact == key:
-                return kept if kept.finish_reason == INPUT_REQUIRED else None
-        return None
+        found = self._found(iter([(KeyKind.EXACT, route, key, ws) for ws in (False, True)]))
+        return found[0] if found and found[0].finish_reason == INPUT_REQUIRED else None
+
+    def needs_keys(self, ended: Ended) -> bool:
+        """Whether `ended`'s body keys can make or change a link, now or later: the route keeps
+        a stream a request can link to, or `ended` is one (cut, failed, paused for input)."""
+        return (
+            self._linkable[ended.route] > 0
+            or ended.state in RETRIED_STATES
+            or ended.finish_reason == INPUT_REQUIRED
+        )
 
     def link(self, ended: Ended, now: float) -> Links:
         """Link this ended request to the stream it resumes or repeats, then keep it."""
@@ -375,10 +494,14 @@ class Ledger:
         self.expire(now)
         text = ended.text[:MAX_PREFIX_CHARS] if self.keep_text and ended.text is not None else None
         stateless = ended.mcp_stateless
-        if stateless and ended.mcp_call is not None:  # a call sent again has a new JSON-RPC id
+        if stateless and ended.mcp_call is not None:  # sent again under a new JSON-RPC id
             keys = BodyKeys(mcp_key(ended.path, ended.mcp_call))
+        elif ended.keys is not None:
+            keys = ended.keys
+        elif not self.needs_keys(ended):  # no link can come of them: none computed
+            keys = BodyKeys(websocket=ended.websocket)
         else:
-            keys = ended.keys or body_keys(ended.method, ended.path, ended.body, ended.websocket)
+            keys = body_keys(ended.method, ended.path, ended.body, ended.websocket)
         target = target_key(ended.path)
         links = Links()
         round_trip = 1

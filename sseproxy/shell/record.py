@@ -191,7 +191,7 @@ def build_rendered(
         "model": facts.asked.model,
         "response_model": response_model,
         "stream": progress.stream,
-        **client_fields(facts.headers),
+        **(progress.client or client_fields(facts.headers)),
         **progress.timings.fields(time.monotonic()),
         **body,
     }

@@ -198,6 +198,9 @@ class Progress:
     # The trailer fields the client's head announced (`Trailer`): its response ends with them.
     trailer_names: tuple[str, ...] = ()
     trailers: tuple[tuple[bytes, bytes], ...] = ()  # the upstream's, as parsed: recorded
+    # The record's `client` and `run_id` (`observe.clients.client_fields` of the request's
+    # headers), once the inspector's row took them: worked out once per request.
+    client: Mapping[str, Any] | None = None
     trailers_forwarded: tuple[str, ...] = ()  # the names the client's trailer section carried
     proxy_error: ErrorInfo | None = None
     # A WebSocket session took over: it writes its own records (one per turn, the session's).

@@ -57,3 +57,38 @@ async def test_ids_are_kept_and_keys_masked_everywhere(
     assert kept_body == body  # no credential in these bodies: every id in it kept
     for value in f["ids"]:
         assert value in line  # the record's run_id
+
+
+async def test_the_client_is_worked_out_once_per_request(
+    upstream: Any, make_proxy: Any, logs: Any, monkeypatch: Any
+) -> None:
+    """The inspector's row and the record name the same client, from one look at the
+    headers (issue 32: each costs about as much as a small record)."""
+    from sseproxy.observe import clients
+    from sseproxy.shell import forward, record
+
+    looks: list[int] = []
+
+    def counted(headers: Any) -> dict[str, Any]:
+        looks.append(1)
+        return clients.client_fields(headers)
+
+    monkeypatch.setattr(forward, "client_fields", counted)
+    monkeypatch.setattr(record, "client_fields", counted)
+    f = AGENTS["codex"]
+    fake, _ = upstream
+    fake.script("*", Script([Send(sse(chat_chunk("hi"), chat_chunk(finish="stop"), "[DONE]"))]))
+    client = await make_proxy()
+    headers = {k: v for k, v in f["headers"].items() if k != "content-type"}
+    resp = await client.post(
+        f["path"],
+        data=orjson.dumps(f["body"]),
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    await resp.read()
+    [rec] = await logs.wait()
+    assert (rec["client"], rec["run_id"]) == (f["client"], f["run_id"])
+    assert len(looks) == 1
+    row = await (await client.get(f"/_sseproxy/streams/{rec['request_id']}")).json()
+    label = f"{f['client']['name']} {f['client']['version']}"
+    assert (row["client"], row["run_id"]) == (label, f["run_id"])

@@ -183,9 +183,11 @@ def test_a_body_too_deep_to_write_back_is_linked_by_its_bytes_only() -> None:
 
 
 def test_the_keys_of_one_request_cost_a_bounded_digest() -> None:
-    """The ledger keeps digests, never bodies: each key is 32 hex characters."""
+    """The ledger keeps digests, never bodies: each key is 24 hex characters (a 64-bit keyed
+    hash and a CRC-32)."""
     keys = body_keys("POST", "/v1/responses", orjson.dumps(CODEX))
-    assert all(len(k) == 32 for k in (keys.exact, keys.meaning, keys.asked) if k is not None)
+    digests = (keys.exact, keys.meaning, keys.asked)
+    assert all(k is not None and len(k) == 24 for k in digests)
     assert keys.streamed and not keys.websocket
 
 
