@@ -357,6 +357,7 @@ async def session(
         leaving.stop()
         upstream.abort()
         upstream.forget()
+        state.memory.ended()
         for result in s.judge.close(s.end, s.close_code, s.close_reason):
             _turn_record(state, x, s, result)
         _session_record(state, x, s, handshake, bool(ws.compress))
