@@ -27,6 +27,7 @@ from sseproxy.observe.metrics import Metrics
 from sseproxy.observe.redact import Secrets
 from sseproxy.shell.budget import HeldBytes
 from sseproxy.shell.delivery import ClientDelivery
+from sseproxy.shell.memory import MemoryReturn, malloc_trim
 from sseproxy.shell.pacing import LoopTurns
 from sseproxy.shell.turns import AnalysisTurns
 from sseproxy.shell.upstream import UpstreamPool
@@ -265,6 +266,8 @@ class ProxyState:
     failed_sinks: set[str] = field(default_factory=set)
     reconnects: ReconnectWatch = field(default_factory=ReconnectWatch)
     sessions: dict[str, OpenSession] = field(default_factory=dict)  # WebSocket, by id
+    # Cycles collected and heaps trimmed once sessions ended (memory.py).
+    memory: MemoryReturn = field(default_factory=lambda: MemoryReturn(malloc_trim()))
 
 
 class _Random:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import hashlib
 import socket
 import struct
@@ -718,3 +719,60 @@ async def test_sessions_together_handle_their_share_per_loop_iteration_then_wait
     assert len(a.items) == 2 * k and len(b.items) == 1
     a.abort()
     b.abort()
+
+
+@pytest.fixture
+def no_cyclic_gc() -> Any:
+    """The proxy collects cycles rarely (server.GC_THRESHOLDS): what a cycle keeps stays."""
+    was = gc.isenabled()
+    gc.collect()  # (what earlier tests left in cycles)
+    gc.disable()
+    yield
+    if was:
+        gc.enable()
+
+
+@needs_sessions
+async def test_a_client_that_leaves_mid_write_leaves_no_message_behind(
+    wsup, proxied, logs, no_cyclic_gc
+) -> None:
+    up, _ = wsup
+    size = 256 * 1024 + 4  # a size nothing else in the test process has
+    sent = [numbered(i, size) for i in range(64)]  # the upstream's own copies
+
+    async def script(ws: Any, request: Any) -> None:
+        for data in sent:
+            await ws.send_bytes(data)
+
+    up.script = script
+    base, state = await proxied()
+    state.memory.collect = lambda: 0  # what a cycle keeps is kept: the collector runs rarely
+    # a raw socket, so that no message is parsed (and kept) on the client's side
+    url = URL(base)
+    loop = asyncio.get_running_loop()
+    with small_window(socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)[0]) as sock:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (url.host, url.port))
+        key = base64.b64encode(b"0123456789abcdef").decode()
+        await loop.sock_sendall(
+            sock,
+            f"GET /v1/realtime HTTP/1.1\r\nHost: {url.host}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode(),
+        )
+        assert (await loop.sock_recv(sock, 12)) == b"HTTP/1.1 101"
+        # the client reads no more: messages are queued, one is being written to it
+        await until(lambda: state.ws_held.total > MAX_QUEUED_BYTES, "the queue filled")
+    # gone without a close frame, mid-write
+    [record] = await logs.wait_sessions()
+    assert record["end_reason"] == "client_disconnected"
+    await until(lambda: not state.sessions, "the session ended")
+    mine = {id(b) for b in sent}
+    held = [
+        type(o).__name__
+        for o in gc.get_objects()
+        for r in gc.get_referents(o)
+        if type(r) is bytes and len(r) == size and id(r) not in mine
+    ]
+    assert held == []
+    assert state.ws_held.total == 0

@@ -130,6 +130,7 @@ def test_state_imports_no_module_that_uses_it() -> None:
         "sseproxy.shell.accelerator",
         "sseproxy.shell.budget",
         "sseproxy.shell.delivery",
+        "sseproxy.shell.memory",
         "sseproxy.shell.pacing",
         "sseproxy.shell.turns",
         "sseproxy.shell.upstream",

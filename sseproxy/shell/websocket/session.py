@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
@@ -355,6 +356,8 @@ async def session(
         state.sessions.pop(facts.request_id, None)
         leaving.stop()
         upstream.abort()
+        upstream.forget()
+        state.memory.ended()
         for result in s.judge.close(s.end, s.close_code, s.close_reason):
             _turn_record(state, x, s, result)
         _session_record(state, x, s, handshake, bool(ws.compress))
@@ -369,6 +372,12 @@ async def _peer_may_leave(direction: Awaitable[None], up: UpstreamSocket, s: Ses
     except ConnectionError:
         s.closed("client", None, "", False, EndReason.CLIENT_DISCONNECTED)
         up.abort()
+    except asyncio.CancelledError as exc:
+        # The session's task keeps this error, and its traceback the frames it left, until
+        # the cyclic collector runs (rarely: server.GC_THRESHOLDS); those frames hold the
+        # message being written (1 MiB each for 200 stalled clients). Their locals go now.
+        traceback.clear_frames(exc.__traceback__)
+        raise
 
 
 def _copied(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

@@ -638,6 +638,16 @@ class UpstreamSocket(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def forget(self) -> None:
+        """The session is over (after `abort`): drop what is queued and any message being
+        assembled now, not when this object is collected (a cancelled session's frames may
+        keep it until the cyclic collector runs)."""
+        self.release()
+        self.items.clear()
+        self.queued = self.in_flight = 0
+        self._unfed = bytearray()
+        self._head = bytearray()
+
     def release(self) -> None:
         if not self._released:
             self._drop_message()

@@ -1,0 +1,89 @@
+"""Gives memory back to the system once WebSocket sessions have ended (issue 28, point 4).
+
+Sessions that end leave two kinds of memory the process keeps: cycles nobody refers to any
+more (a cancelled task keeps its error, whose traceback keeps frames; websockets' protocol
+refers to itself through its parser), which wait for the cyclic collector, and that the
+proxy runs rarely (server.GC_THRESHOLDS); and memory freed to glibc's malloc, which keeps it
+in its heaps for reuse (1 MiB messages fall under its mmap threshold once it has risen). After
+200 stalled clients left, RSS stayed at 450 MB with 12 MB in use. A burst of session ends is
+followed by one collection and one `malloc_trim(0)` (glibc only), the trim in a worker thread:
+it walks every heap, 10-90 ms, and ctypes lets the loop run meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import platform
+import time
+from collections.abc import Callable
+
+# After the last session ended, wait this long: 200 clients that leave together cost one return.
+RETURN_DELAY = 1.0
+# At most one return this often: sessions that end one by one do not trim each time.
+RETURN_INTERVAL = 30.0
+
+
+def malloc_trim() -> Callable[[], int] | None:
+    """glibc's `malloc_trim(0)` (returns 1 when memory was given back), or None where the C
+    library has none (musl, macOS)."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: int(trim(0))
+
+
+def next_delay(now: float, last: float | None) -> float:
+    """Seconds from `now` until a return may run, given the last one's start (None: never)."""
+    if last is None:
+        return RETURN_DELAY
+    return max(RETURN_DELAY, last + RETURN_INTERVAL - now)
+
+
+class MemoryReturn:
+    """One per proxy: `ended()` when a session ended; a return follows (see the module)."""
+
+    def __init__(
+        self,
+        trim: Callable[[], int] | None,
+        collect: Callable[[], int] = gc.collect,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.trim = trim
+        self.collect = collect
+        self.clock = clock
+        self.last: float | None = None  # when the last return started
+        self.returns = 0  # returns done (tests read it)
+        self._handle: asyncio.TimerHandle | None = None
+        self._running: asyncio.Task[None] | None = None
+
+    def ended(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._handle is not None:
+            self._handle.cancel()  # later: the burst goes on
+        self._handle = loop.call_later(next_delay(self.clock(), self.last), self._start)
+
+    def _start(self) -> None:
+        self._handle = None
+        if self._running is not None and not self._running.done():
+            return  # (a return is under way: it will see this session's memory too)
+        self._running = asyncio.get_running_loop().create_task(self.run())
+
+    async def run(self) -> None:
+        """Collect cycles, then trim the heaps in a worker thread."""
+        self.last = self.clock()
+        self.collect()
+        if self.trim is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.trim)
+        self.returns += 1
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
