@@ -1,0 +1,156 @@
+"""The event loop's longest callbacks and iterations while the proxy runs: a measure of its
+fairness that a shared machine does not blur as it blurs healthz latencies.
+
+`python -m bench.loop_trace OUT.json -- [sseproxy arguments]` runs `sseproxy` in this process
+(pass `--event-loop asyncio`: uvloop's callbacks cannot be timed from Python) with every
+callback timed on the thread's CPU clock (time the process was descheduled does not count). At
+exit it writes to OUT.json: histograms of callback and iteration durations (an iteration: the
+callbacks one poll made ready, run back to back; its busy time is their sum), the longest
+iterations with their callback counts, the callbacks per label (a task's coroutine, else the
+function) that ever took 1 ms or more, and where the loop was (sampled stacks, aggregated)
+whenever a callback had run for over 2 ms. `bench.fairness --sseproxy SCRIPT --event-loop
+asyncio` runs a scenario against such a proxy (SCRIPT: an executable that runs this module
+with the arguments it is given and an OUT of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.base_events
+import atexit
+import json
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EDGES_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+LONGEST = 20  # iterations kept, longest first
+SAMPLE_AFTER_S = 0.002  # a callback running this long is sampled
+SAMPLE_EVERY_S = 0.0005
+STACK_FRAMES = 12
+
+
+def bucket(ms: float) -> str:
+    for edge in EDGES_MS:
+        if ms < edge:
+            return f"<{edge:g}"
+    return f">={EDGES_MS[-1]:g}"
+
+
+def label(handle: asyncio.Handle) -> str:
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        coro = owner.get_coro()
+        return f"task {getattr(coro, '__qualname__', repr(coro))}"
+    name = getattr(callback, "__qualname__", None) or type(callback).__name__
+    if owner is not None:
+        name = f"{type(owner).__name__}.{name.rsplit('.', 1)[-1]}"
+    return str(name)
+
+
+@dataclass
+class Trace:
+    callbacks: Counter[str] = field(default_factory=Counter)
+    iterations: Counter[str] = field(default_factory=Counter)
+    per_label: dict[str, list[float]] = field(default_factory=dict)  # count, total ms, max ms
+    longest: list[tuple[float, int, list[tuple[str, float]]]] = field(default_factory=list)
+    stacks: Counter[str] = field(default_factory=Counter)
+    it_busy: float = 0.0
+    it_count: int = 0
+    it_top: list[tuple[str, float]] = field(default_factory=list)
+    running_since: float | None = None  # the running callback's start, wall clock
+
+    def dump(self, path: Path) -> None:
+        labels = sorted(self.per_label.items(), key=lambda kv: -kv[1][2])
+        report = {
+            "callbacks_ms": dict(self.callbacks),
+            "iterations_ms": dict(self.iterations),
+            "longest_iterations": [
+                {"busy_ms": round(b, 2), "callbacks": n, "top": top}
+                for b, n, top in sorted(self.longest, reverse=True)
+            ],
+            "labels_over_1ms": {
+                k: {"count": int(v[0]), "total_ms": round(v[1], 1), "max_ms": round(v[2], 2)}
+                for k, v in labels
+            },
+            "stack_samples": dict(self.stacks.most_common(40)),
+        }
+        path.write_text(json.dumps(report, indent=1))
+
+
+def install(trace: Trace) -> None:
+    """Wraps Handle._run and the loop's _run_once (asyncio's pure-Python loop only)."""
+    clock = time.thread_time
+    run = asyncio.Handle._run  # type: ignore[attr-defined]
+    run_once = asyncio.base_events.BaseEventLoop._run_once  # type: ignore[attr-defined]
+
+    def timed_run(self: asyncio.Handle) -> None:
+        start = clock()
+        trace.running_since = time.perf_counter()
+        try:
+            run(self)
+        finally:
+            trace.running_since = None
+            ms = (clock() - start) * 1000
+            trace.callbacks[bucket(ms)] += 1
+            trace.it_busy += ms
+            trace.it_count += 1
+            if ms >= 1.0:
+                name = label(self)
+                entry = trace.per_label.setdefault(name, [0, 0.0, 0.0])
+                entry[0] += 1
+                entry[1] += ms
+                entry[2] = max(entry[2], ms)
+                trace.it_top.append((name, round(ms, 2)))
+
+    def timed_run_once(self: Any) -> None:
+        trace.it_busy, trace.it_count, trace.it_top = 0.0, 0, []
+        run_once(self)
+        if trace.it_count:
+            trace.iterations[bucket(trace.it_busy)] += 1
+            if len(trace.longest) < LONGEST or trace.it_busy > trace.longest[-1][0]:
+                top = sorted(trace.it_top, key=lambda t: -t[1])[:5]
+                trace.longest.append((trace.it_busy, trace.it_count, top))
+                trace.longest.sort(reverse=True)
+                del trace.longest[LONGEST:]
+
+    asyncio.Handle._run = timed_run  # type: ignore[attr-defined]
+    asyncio.base_events.BaseEventLoop._run_once = timed_run_once  # type: ignore[attr-defined]
+
+
+def sampler(trace: Trace, main_id: int) -> None:
+    """Samples the main thread's stack while a callback runs longer than SAMPLE_AFTER_S."""
+    while True:
+        time.sleep(SAMPLE_EVERY_S)
+        since = trace.running_since
+        if since is None or time.perf_counter() - since < SAMPLE_AFTER_S:
+            continue
+        frame = sys._current_frames().get(main_id)
+        if frame is None:
+            continue
+        stack = traceback.extract_stack(frame)[-STACK_FRAMES:]
+        where = " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack[::-1])
+        trace.stacks[where] += 1
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    out = Path(argv[0])
+    rest = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
+    trace = Trace()
+    install(trace)
+    atexit.register(trace.dump, out)
+    threading.Thread(target=sampler, args=(trace, threading.get_ident()), daemon=True).start()
+    from sseproxy.cli import main as sseproxy_main
+
+    return sseproxy_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
