@@ -32,6 +32,8 @@ EDGES_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 LONGEST = 20  # iterations kept, longest first
 SAMPLE_AFTER_S = 0.002  # a callback running this long is sampled
 SAMPLE_EVERY_S = 0.0005
+# The sampler only runs when the loop gives up the GIL: a short switch interval lets it in.
+SWITCH_INTERVAL_S = 0.0005
 STACK_FRAMES = 12
 
 
@@ -87,7 +89,7 @@ class Trace:
 def install(trace: Trace) -> None:
     """Wraps Handle._run and the loop's _run_once (asyncio's pure-Python loop only)."""
     clock = time.thread_time
-    run = asyncio.Handle._run  # type: ignore[attr-defined]
+    run = asyncio.Handle._run
     run_once = asyncio.base_events.BaseEventLoop._run_once  # type: ignore[attr-defined]
 
     def timed_run(self: asyncio.Handle) -> None:
@@ -120,8 +122,8 @@ def install(trace: Trace) -> None:
                 trace.longest.sort(reverse=True)
                 del trace.longest[LONGEST:]
 
-    asyncio.Handle._run = timed_run  # type: ignore[attr-defined]
-    asyncio.base_events.BaseEventLoop._run_once = timed_run_once  # type: ignore[attr-defined]
+    setattr(asyncio.Handle, "_run", timed_run)  # noqa: B010 - private: no attribute to type
+    setattr(asyncio.base_events.BaseEventLoop, "_run_once", timed_run_once)  # noqa: B010
 
 
 def sampler(trace: Trace, main_id: int) -> None:
@@ -145,6 +147,7 @@ def main() -> int:
     rest = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
     trace = Trace()
     install(trace)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     atexit.register(trace.dump, out)
     threading.Thread(target=sampler, args=(trace, threading.get_ident()), daemon=True).start()
     from sseproxy.cli import main as sseproxy_main
