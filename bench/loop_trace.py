@@ -2,15 +2,17 @@
 fairness that a shared machine does not blur as it blurs healthz latencies.
 
 `python -m bench.loop_trace OUT.json -- [sseproxy arguments]` runs `sseproxy` in this process
-(pass `--event-loop asyncio`: uvloop's callbacks cannot be timed from Python) with every
-callback timed on the thread's CPU clock (time the process was descheduled does not count). At
-exit it writes to OUT.json: histograms of callback and iteration durations (an iteration: the
-callbacks one poll made ready, run back to back; its busy time is their sum), the longest
-iterations with their callback counts, the callbacks per label (a task's coroutine, else the
-function) that ever took 1 ms or more, and where the loop was (sampled stacks, aggregated)
-whenever a callback had run for over 2 ms. `bench.fairness --sseproxy SCRIPT --event-loop
-asyncio` runs a scenario against such a proxy (SCRIPT: an executable that runs this module
-with the arguments it is given and an OUT of its own).
+with a timer every millisecond whose lag is measured in the loop thread's CPU time (any loop:
+the CPU the loop spent elsewhere before it could run, time the process was descheduled aside).
+On asyncio's own loop (`--event-loop asyncio`: uvloop's callbacks cannot be timed from Python)
+every callback is timed on that clock too. At exit OUT.json gets: the lags (histogram, worst);
+histograms of callback and iteration durations (an iteration: the callbacks one poll made
+ready, run back to back; its busy time is their sum); the longest iterations, with their
+callbacks per label (a task's coroutine, else the function); the labels of callbacks that
+ever took 1 ms or more; the main thread's stacks, sampled while a callback had run over 2 ms
+(biased towards calls that release the GIL); the collector's pauses per generation.
+`bench.fairness --sseproxy SCRIPT` runs a scenario against such a proxy (SCRIPT: an
+executable that runs this module with the arguments it is given and an OUT of its own).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.base_events
 import atexit
+import gc
 import json
 import sys
 import threading
@@ -30,6 +33,7 @@ from typing import Any
 
 EDGES_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 LONGEST = 20  # iterations kept, longest first
+LAG_INTERVAL_S = 0.001
 SAMPLE_AFTER_S = 0.002  # a callback running this long is sampled
 SAMPLE_EVERY_S = 0.0005
 # The sampler only runs when the loop gives up the GIL: a short switch interval lets it in.
@@ -61,16 +65,35 @@ class Trace:
     callbacks: Counter[str] = field(default_factory=Counter)
     iterations: Counter[str] = field(default_factory=Counter)
     per_label: dict[str, list[float]] = field(default_factory=dict)  # count, total ms, max ms
-    longest: list[tuple[float, int, list[tuple[str, float]]]] = field(default_factory=list)
+    longest: list[tuple[float, int, list[tuple[str, int, float]]]] = field(default_factory=list)
     stacks: Counter[str] = field(default_factory=Counter)
     it_busy: float = 0.0
     it_count: int = 0
     it_top: list[tuple[str, float]] = field(default_factory=list)
+    it_all: list[tuple[asyncio.Handle, float]] = field(default_factory=list)
     running_since: float | None = None  # the running callback's start, wall clock
+    gc_started: float = 0.0
+    gc_ms: dict[str, list[float]] = field(default_factory=dict)  # per generation: count, max
 
-    def dump(self, path: Path) -> None:
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        now = time.thread_time()
+        if phase == "start":
+            self.gc_started = now
+            return
+        entry = self.gc_ms.setdefault(f"gen{info['generation']}", [0, 0.0, 0.0])
+        ms = (now - self.gc_started) * 1000
+        entry[0] += 1
+        entry[1] += ms
+        entry[2] = max(entry[2], ms)
+
+    def dump(self, path: Path, lags: list[Lag]) -> None:
         labels = sorted(self.per_label.items(), key=lambda kv: -kv[1][2])
-        report = {
+        report: dict[str, Any] = {
+            "timer_lag_ms": {
+                "count": sum(lag.count for lag in lags),
+                "histogram": dict(sum((lag.lags for lag in lags), Counter())),
+                "worst": sorted((w for lag in lags for w in lag.worst), reverse=True)[:LONGEST],
+            },
             "callbacks_ms": dict(self.callbacks),
             "iterations_ms": dict(self.iterations),
             "longest_iterations": [
@@ -80,6 +103,9 @@ class Trace:
             "labels_over_1ms": {
                 k: {"count": int(v[0]), "total_ms": round(v[1], 1), "max_ms": round(v[2], 2)}
                 for k, v in labels
+            },
+            "gc_count_total_max_ms": {
+                k: [int(v[0]), round(v[1], 1), round(v[2], 2)] for k, v in self.gc_ms.items()
             },
             "stack_samples": dict(self.stacks.most_common(40)),
         }
@@ -103,6 +129,7 @@ def install(trace: Trace) -> None:
             trace.callbacks[bucket(ms)] += 1
             trace.it_busy += ms
             trace.it_count += 1
+            trace.it_all.append((self, ms))
             if ms >= 1.0:
                 name = label(self)
                 entry = trace.per_label.setdefault(name, [0, 0.0, 0.0])
@@ -112,18 +139,67 @@ def install(trace: Trace) -> None:
                 trace.it_top.append((name, round(ms, 2)))
 
     def timed_run_once(self: Any) -> None:
-        trace.it_busy, trace.it_count, trace.it_top = 0.0, 0, []
+        trace.it_busy, trace.it_count, trace.it_top, trace.it_all = 0.0, 0, [], []
         run_once(self)
         if trace.it_count:
             trace.iterations[bucket(trace.it_busy)] += 1
             if len(trace.longest) < LONGEST or trace.it_busy > trace.longest[-1][0]:
-                top = sorted(trace.it_top, key=lambda t: -t[1])[:5]
+                by_label: dict[str, list[float]] = {}
+                for handle, ms in trace.it_all:
+                    entry = by_label.setdefault(label(handle), [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += ms
+                top = sorted(
+                    ((k, int(v[0]), round(v[1], 2)) for k, v in by_label.items()),
+                    key=lambda t: -t[2],
+                )[:6]
                 trace.longest.append((trace.it_busy, trace.it_count, top))
                 trace.longest.sort(reverse=True)
                 del trace.longest[LONGEST:]
 
     setattr(asyncio.Handle, "_run", timed_run)  # noqa: B010 - private: no attribute to type
     setattr(asyncio.base_events.BaseEventLoop, "_run_once", timed_run_once)  # noqa: B010
+
+
+class Lag:
+    """On any loop (uvloop too): a timer every LAG_INTERVAL_S whose lag is measured in the
+    loop thread's CPU time from its arming to its run, so the CPU the loop spent on other
+    work before it could run (what a health check waits, on an otherwise idle machine)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.lags: Counter[str] = Counter()
+        self.worst: list[float] = []
+        self.count = 0
+        self._armed = time.thread_time()
+        loop.call_later(LAG_INTERVAL_S, self._tick)
+
+    def _tick(self) -> None:
+        ms = (time.thread_time() - self._armed) * 1000
+        self.lags[bucket(ms)] += 1
+        self.count += 1
+        self.worst = sorted([*self.worst, round(ms, 2)], reverse=True)[:LONGEST]
+        self._armed = time.thread_time()
+        self.loop.call_later(LAG_INTERVAL_S, self._tick)
+
+
+def lag_on_every_loop(lags: list[Lag]) -> None:
+    """The proxy's loop factory wrapped so that every loop it makes carries a Lag probe."""
+    import sseproxy.server as server
+
+    choose = server.choose_loop
+
+    def choose_loop(preference: str) -> tuple[str, Any]:
+        name, factory = choose(preference)
+
+        def make() -> asyncio.AbstractEventLoop:
+            loop = factory() if factory is not None else asyncio.new_event_loop()
+            lags.append(Lag(loop))
+            return loop
+
+        return name, make
+
+    server.choose_loop = choose_loop
 
 
 def sampler(trace: Trace, main_id: int) -> None:
@@ -147,8 +223,11 @@ def main() -> int:
     rest = argv[argv.index("--") + 1 :] if "--" in argv else argv[1:]
     trace = Trace()
     install(trace)
+    gc.callbacks.append(trace.on_gc)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    atexit.register(trace.dump, out)
+    lags: list[Lag] = []
+    lag_on_every_loop(lags)
+    atexit.register(trace.dump, out, lags)
     threading.Thread(target=sampler, args=(trace, threading.get_ident()), daemon=True).start()
     from sseproxy.cli import main as sseproxy_main
 
