@@ -22,6 +22,7 @@ import asyncio.base_events
 import atexit
 import gc
 import json
+import os
 import sys
 import threading
 import time
@@ -34,6 +35,8 @@ from typing import Any
 EDGES_MS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 LONGEST = 20  # iterations kept, longest first
 LAG_INTERVAL_S = 0.001
+GC_LONG_MS = 5.0
+LAG_AFTER_S = 1.0  # the loop's first second (the proxy's start) is not measured
 SAMPLE_AFTER_S = 0.002  # a callback running this long is sampled
 SAMPLE_EVERY_S = 0.0005
 # The sampler only runs when the loop gives up the GIL: a short switch interval lets it in.
@@ -73,6 +76,7 @@ class Trace:
     it_all: list[tuple[asyncio.Handle, float]] = field(default_factory=list)
     running_since: float | None = None  # the running callback's start, wall clock
     gc_started: float = 0.0
+    gc_long: list[tuple[int, float, float]] = field(default_factory=list)
     gc_ms: dict[str, list[float]] = field(default_factory=dict)  # per generation: count, max
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
@@ -85,6 +89,8 @@ class Trace:
         entry[0] += 1
         entry[1] += ms
         entry[2] = max(entry[2], ms)
+        if ms >= GC_LONG_MS:  # when: at the start (imports), or under the scenario's load
+            self.gc_long.append((info["generation"], round(ms, 2), round(time.monotonic(), 3)))
 
     def dump(self, path: Path, lags: list[Lag]) -> None:
         labels = sorted(self.per_label.items(), key=lambda kv: -kv[1][2])
@@ -107,6 +113,8 @@ class Trace:
             "gc_count_total_max_ms": {
                 k: [int(v[0]), round(v[1], 1), round(v[2], 2)] for k, v in self.gc_ms.items()
             },
+            "gc_long": self.gc_long,
+            "exited": round(time.monotonic(), 3),
             "stack_samples": dict(self.stacks.most_common(40)),
         }
         path.write_text(json.dumps(report, indent=1))
@@ -172,9 +180,14 @@ class Lag:
         self.worst: list[float] = []
         self.count = 0
         self._armed = time.thread_time()
+        self._from = time.monotonic() + LAG_AFTER_S
         loop.call_later(LAG_INTERVAL_S, self._tick)
 
     def _tick(self) -> None:
+        if time.monotonic() < self._from:
+            self._armed = time.thread_time()
+            self.loop.call_later(LAG_INTERVAL_S, self._tick)
+            return
         ms = (time.thread_time() - self._armed) * 1000
         self.lags[bucket(ms)] += 1
         self.count += 1
@@ -227,6 +240,11 @@ def main() -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     lags: list[Lag] = []
     lag_on_every_loop(lags)
+    if os.environ.get("LOOP_TRACE_GC0"):  # an experiment: another young-generation threshold
+        import sseproxy.server as server
+
+        gen0 = int(os.environ["LOOP_TRACE_GC0"])
+        server.GC_THRESHOLDS = (gen0, *server.GC_THRESHOLDS[1:])
     atexit.register(trace.dump, out, lags)
     threading.Thread(target=sampler, args=(trace, threading.get_ident()), daemon=True).start()
     from sseproxy.cli import main as sseproxy_main
