@@ -31,7 +31,8 @@ LINES_PER_READ = 4096
 # cost as much as the compressed backlog (megabytes) however little it returns.
 INPUT_BYTES = 16 * 1024
 # What a slice costs to analyse is per line, so after a slice denser than LINES_PER_SLICE
-# line ends the next ones shrink to hold about that many (never under MIN_SLICE_BYTES): a body
+# line ends the next ones shrink to hold about that many (never under MIN_SLICE_BYTES), and
+# grow back as the lines thin out (never over SLICE_BYTES): a body
 # of blank lines (a gzip bomb's favourite) costs ~1 ms a slice, not the ~16 ms of 16 KiB of
 # them, while real events (~250 bytes each) keep whole 16 KiB slices.
 LINES_PER_SLICE = 1024
@@ -234,10 +235,10 @@ class BodyDecoder:
     def _fit(self, out: bytes) -> bytes:
         """`out`, after sizing the next slice by its line density (LINES_PER_SLICE)."""
         lines = out.count(b"\n") + out.count(b"\r")
-        if lines <= LINES_PER_SLICE:
-            self._slice = SLICE_BYTES
-        else:
-            self._slice = max(MIN_SLICE_BYTES, len(out) * LINES_PER_SLICE // lines)
+        # By density, both ways: a slice at the bound keeps the next as large (resetting it
+        # to SLICE_BYTES made a body of blank lines alternate 1 KiB and 16 KiB slices).
+        size = len(out) * LINES_PER_SLICE // lines if lines else SLICE_BYTES
+        self._slice = min(SLICE_BYTES, max(MIN_SLICE_BYTES, size))
         return out
 
     def finish(self) -> bool:

@@ -9,7 +9,10 @@ iteration has run for less than its budget and nobody waits; otherwise it waits,
 first served, for a later iteration. Each new iteration lets through a batch of waiting steps
 (at least one), halved after an iteration of woken steps that ran over the budget and doubled
 after one that used less than half of it, so a burst spreads over iterations with other work
-(healthz) between them, and the work still goes on at full speed when it is alone.
+(healthz) between them, and the work still goes on at full speed when it is alone. The budget
+binds woken steps too: once those of an iteration have spent it, the rest of its batch goes
+back to the front of the queue, in order (a batch grown on cheap steps, then woken for costly
+ones, ran 8 reads of 1.5 ms each in one iteration).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class LoopTurns:
     __slots__ = (
         "_clock",
         "_loop",
+        "_requeued",
+        "_resumed",
         "_started",
         "_waiters",
         "_woke",
@@ -55,6 +60,8 @@ class LoopTurns:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started: float | None = None  # the current iteration's first step
         self._woke = 0  # of which waiters woken by the last iteration
+        self._resumed: float | None = None  # when the first woken step of this iteration ran
+        self._requeued = 0  # woken steps of this iteration sent back to the queue's front
         # Waiters the next iteration lets through: halved when an iteration of woken steps
         # ran over the budget, doubled when it used less than half (a step's cost varies).
         self.batch = 1
@@ -73,26 +80,37 @@ class LoopTurns:
         if self.free():
             return
         self.waited += 1
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if not waiter.done():
-                self._waiters.remove(waiter)
-            raise
+        while True:
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if not waiter.done():
+                    self._waiters.remove(waiter)
+                raise
+            if self._resumed is None:  # the first woken step of this iteration always runs
+                self._resumed = self._clock()
+                return
+            if self._clock() - self._resumed < self.budget:
+                return
+            # The woken steps before this one spent the budget: back to the front, in order.
+            waiter = loop.create_future()
+            self._waiters.insert(self._requeued, waiter)
+            self._requeued += 1
 
     def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:  # a new loop (tests): nothing of the old one carries over
             self._loop, self._started, self._waiters = loop, None, deque()
-            self._woke, self.batch = 0, 1
+            self._woke, self.batch, self._resumed, self._requeued = 0, 1, None, 0
         if self._started is None:
             self._started = self._clock()
             loop.call_soon(self._end_iteration)  # after this iteration's other callbacks
 
     def _end_iteration(self) -> None:
         started, woke = self._started, self._woke
-        self._started, self._woke = None, 0
+        self._started, self._woke, self._resumed, self._requeued = None, 0, None, 0
         waiters = self._waiters
         if started is None or self._loop is None:
             return

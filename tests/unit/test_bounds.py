@@ -199,6 +199,26 @@ def test_slices_shrink_to_a_bounded_count_of_lines_and_grow_back() -> None:
     assert len(dense.decode(b"")) == MIN_SLICE_BYTES
 
 
+def test_a_body_of_line_ends_stays_in_slices_of_lines_per_slice() -> None:
+    """Every slice of a body of blank lines holds LINES_PER_SLICE line ends at most (before, a
+    slice at the bound reset the next to SLICE_BYTES: 1 KiB and 16 KiB slices alternated, the
+    16 KiB ones ~5 ms of analysis each); sparse lines after them bring SLICE_BYTES back."""
+    decoder = BodyDecoder("gzip")
+    body = b"\n" * 64 * SLICE_BYTES + (b"x" * 255 + b"\n") * 4 * LINES_PER_SLICE
+    first = decoder.decode(gzip.compress(body))
+    lines = [first.count(b"\n")]
+    sizes = [len(first)]
+    while decoder.pending:
+        out = decoder.decode(b"")
+        lines.append(out.count(b"\n"))
+        sizes.append(len(out))
+    assert sum(sizes) == len(body)
+    assert lines[0] == SLICE_BYTES  # the first slice, before any density was seen
+    dense = lines[1 : 64 * SLICE_BYTES // MIN_SLICE_BYTES - 15]
+    assert dense and max(dense) == LINES_PER_SLICE
+    assert sizes[-2] == SLICE_BYTES  # the sparse lines: whole slices again
+
+
 def test_an_identity_read_is_whole_up_to_a_slice_or_its_lines_and_sliced_beyond() -> None:
     decoder = BodyDecoder(None)
     dense = b"\n" * SLICE_BYTES  # a slice of line ends: returned whole
