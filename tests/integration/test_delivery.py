@@ -192,7 +192,7 @@ async def test_a_client_that_pauses_reading_grows_client_wait_not_max_gap(
     resp = await client.get("/")
     first = await resp.content.readany()
     await writing_paused(outcome)
-    hold = 0.3
+    hold = 0.5
     await asyncio.sleep(hold)  # the slow app: it reads nothing for this long
     body = first + await asyncio.wait_for(resp.read(), 30)
     await asyncio.wait_for(outcome.done.wait(), 10)
@@ -200,8 +200,9 @@ async def test_a_client_that_pauses_reading_grows_client_wait_not_max_gap(
     assert outcome.delivery is not None
     fields = outcome.delivery.fields(broken=False)
     assert fields["client_bytes"] == len(body)
-    # The writes waited at least as long as the client was held after they began waiting...
-    assert fields["client_wait_ms"] >= hold * 1000
+    # The writes waited nearly as long as the client was held after the buffer filled (the
+    # relay may first finish its analysis turn before it waits: up to 100 ms on a slow CI)...
+    assert fields["client_wait_ms"] >= (hold - 0.1) * 1000
     assert outcome.delivery.waits
     # ...while the upstream itself never went quiet for anything like it.
     assert outcome.max_gap < hold
