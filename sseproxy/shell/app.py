@@ -152,6 +152,12 @@ def link(state: ProxyState, ledger: Ledger, x: Exchange, verdict: Verdict) -> Li
     return links
 
 
+# A response whose client made the proxy's writes wait this long in all held its bytes for
+# long enough to count among the ends after which memory is given back (a client that keeps up
+# still waits a few milliseconds for a large stream).
+HELD_CLIENT_SECONDS = 1.0
+
+
 def release(state: ProxyState, x: Exchange) -> None:
     """Give back what the request held, on every path."""
     if x.slot:
@@ -164,6 +170,11 @@ def release(state: ProxyState, x: Exchange) -> None:
     state.inspector.live_sessions.pop(x.facts.request_id, None)  # its row stops moving on
     if x.progress.view is not None:
         x.progress.view.tap = None  # the ring keeps views, never a finished stream's tap
+    delivery = x.progress.delivery
+    if delivery is not None and delivery.client_wait >= HELD_CLIENT_SECONDS:
+        # A client that stopped reading had its bytes held here: once a burst of such responses
+        # has ended, the memory goes back to the system (shell/memory.py).
+        state.memory.ended()
 
 
 def is_loopback(host: str) -> bool:

@@ -9,6 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 
+from sseproxy.shell.app import HELD_CLIENT_SECONDS, STATE
 from tests.integration.fake_upstream import Script, Send, Sleep, WaitFor
 from tests.streams import chat_chunk, sse
 
@@ -38,6 +39,43 @@ async def test_a_slow_reading_client_shows_in_client_wait_not_in_max_gap(
     waits = detail["client_waits"]
     waited = sum(w["to_ms"] - w["from_ms"] for w in waits)
     assert waited >= 500  # the inspector draws the same back-pressure beside the chunks
+
+
+class EndsSeen:
+    """Stands in for the proxy's MemoryReturn: counts the ends it is told of."""
+
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def ended(self) -> None:
+        self.ends += 1
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("pushed_back", [True, False], ids=["slow_client", "fast_client"])
+async def test_a_response_its_client_pushed_back_asks_for_memory_to_be_given_back(
+    pushed_back, upstream, make_proxy, logs
+) -> None:
+    """The bytes held for a client that stopped reading go back to the system after a burst
+    of such ends (shell/memory.py); a client that kept up costs no collection."""
+    fake, _ = upstream
+    block = b"data: " + b"y" * 65_530 + b"\n\n"
+    fake.script(PATH, Script([Send(block)] * 100))  # 6.5 MB, as fast as the proxy takes it
+    client = await make_proxy()
+    seen = EndsSeen()
+    client.app[STATE].memory = seen
+    resp = await client.post(PATH, json={})
+    if pushed_back:
+        await resp.content.readexactly(1024)
+        # the socket buffers fill, then the proxy's writes wait past HELD_CLIENT_SECONDS
+        await asyncio.sleep(HELD_CLIENT_SECONDS + 0.5)
+    rest = await resp.read()
+    [record] = await logs.wait(1)
+    assert len(rest) > 0
+    assert (record["client_wait_ms"] >= HELD_CLIENT_SECONDS * 1000) is pushed_back
+    assert seen.ends == (1 if pushed_back else 0)
 
 
 async def test_a_client_leaving_mid_stream_is_told_where_it_left(
