@@ -305,7 +305,11 @@ def measure(kind: str, s: Scenario, upstream: str, logdir: Path) -> dict[str, fl
         result["cpu_s_per_mb"] = result["cpu_s"] / max(result["bytes"] / 1e6, 1e-9)
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # mitmdump can hang on SIGTERM after a load
+            proc.kill()
+            proc.wait(10)
     return result
 
 
