@@ -41,8 +41,17 @@ MIN_SLICE_BYTES = 1024
 
 def must_slice(data: bytes) -> bool:
     """Is this identity read too costly to analyse in one call: larger than a slice and
-    holding more than LINES_PER_READ line ends (CR or LF: SSE ends lines with either)?"""
-    return len(data) > SLICE_BYTES and data.count(b"\n") + data.count(b"\r") > LINES_PER_READ
+    holding more than LINES_PER_READ line ends (CR or LF: SSE ends lines with either)?
+
+    Every large read of a stream is asked this, so CRs are counted only when there is one:
+    `in` is a memchr, a count is a byte-by-byte loop (two counts were 12 % of the proxy's
+    instructions in bulk)."""
+    if len(data) <= SLICE_BYTES:
+        return False
+    lines = data.count(b"\n")
+    if lines > LINES_PER_READ:
+        return True
+    return b"\r" in data and lines + data.count(b"\r") > LINES_PER_READ
 
 
 class ContentDecodingError(Exception):

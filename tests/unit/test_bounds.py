@@ -21,6 +21,7 @@ from sseproxy.core.encoding import (
     MIN_SLICE_BYTES,
     SLICE_BYTES,
     BodyDecoder,
+    must_slice,
 )
 from sseproxy.core.tap import DEFAULT_MAX_DECODED_BYTES, TapOptions
 from tests.streams import chat_chunk, ndjson, sse
@@ -235,6 +236,38 @@ def test_an_identity_read_is_whole_up_to_a_slice_or_its_lines_and_sliced_beyond(
         out.append(decoder.decode(b""))
     assert b"".join(out) == costly[SLICE_BYTES:] + b"z"
     assert max(map(len, out)) <= SLICE_BYTES
+
+
+PAD = b"y" * SLICE_BYTES  # makes any read larger than a slice
+
+
+@pytest.mark.parametrize(
+    ("read", "costly"),
+    [
+        (b"\n" * SLICE_BYTES, False),  # a slice of line ends: never more than a slice
+        (b"\n" * LINES_PER_READ + PAD, False),  # LF at the bound
+        (b"\n" * (LINES_PER_READ + 1) + PAD, True),  # and one more
+        (b"\r" * (LINES_PER_READ + 1) + PAD, True),  # CR alone counts
+        (b"\r\n" * (LINES_PER_READ // 2) + PAD, False),  # CRLF: both count, at the bound
+        (b"\r\n" * (LINES_PER_READ // 2) + b"\r" + PAD, True),  # and one more
+        (b"\n" * (LINES_PER_READ - 1) + b"\r" + PAD, False),  # LF and a CR, at the bound
+        (b"\n" * (LINES_PER_READ - 1) + b"\r\r" + PAD, True),  # and one more
+    ],
+    ids=[
+        "slice",
+        "lf-bound",
+        "lf-over",
+        "cr-over",
+        "crlf-bound",
+        "crlf-over",
+        "mixed-bound",
+        "mixed-over",
+    ],
+)
+def test_a_read_is_costly_past_lines_per_read_line_ends_of_either_kind(
+    read: bytes, costly: bool
+) -> None:
+    assert must_slice(read) is costly
 
 
 TINY = b"data:x\n\n"  # the costliest events a peer can send per byte (each one a JSON error)
