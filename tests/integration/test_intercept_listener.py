@@ -5,11 +5,9 @@ Each CONNECT that is not an intercepted exchange leaves one `connect.finished` l
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,8 +15,13 @@ from sseproxy.intercept.ca import Leaves, load_or_create
 from sseproxy.intercept.connect import MAX_HEAD_BYTES
 from sseproxy.intercept.listener import InterceptListener, ListenerSettings
 from tests.integration.conftest import LogCapture
-
-TIMEOUT = 10.0
+from tests.integration.intercept_sockets import (
+    TIMEOUT,
+    connect_lines,
+    exchange,
+    start_echo,
+    wait_line,
+)
 
 
 class Answering(asyncio.Protocol):
@@ -31,47 +34,19 @@ def leaves(tmp_path_factory: pytest.TempPathFactory) -> Leaves:
 
 
 @pytest.fixture
+async def echo() -> AsyncIterator[int]:
+    server = await start_echo()
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+
+
+@pytest.fixture
 async def listener(leaves: Leaves) -> AsyncIterator[tuple[InterceptListener, int]]:
     settings = ListenerSettings({"intercepted.test"}, connect_timeout=5, head_timeout=0.3)
     proxy = InterceptListener(settings, leaves, Answering)
     port = await proxy.start("127.0.0.1", 0)
     yield proxy, port
     await proxy.stop()
-
-
-@pytest.fixture
-async def echo() -> AsyncIterator[int]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(65536):
-            writer.write(data)
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
-    server.close()
-
-
-def connect_lines(logs: LogCapture) -> list[dict[str, Any]]:
-    parsed = (json.loads(line) for line in "".join(logs.stream.history).splitlines())
-    return [r for r in parsed if r.get("event") == "connect.finished"]
-
-
-async def wait_line(logs: LogCapture) -> dict[str, Any]:
-    async with asyncio.timeout(TIMEOUT):
-        while not connect_lines(logs):
-            await asyncio.sleep(0.01)
-    [line] = connect_lines(logs)
-    return line
-
-
-async def exchange(port: int, data: bytes) -> bytes:
-    """Send `data`, then read until the listener closes."""
-    async with asyncio.timeout(TIMEOUT):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(data)
-        answer = await reader.read()
-        writer.close()
-    return answer
 
 
 def head_of(size: int, authority: str) -> bytes:

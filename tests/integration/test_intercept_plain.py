@@ -10,7 +10,6 @@ and the intercepted upstream leg all reach their host through the configured egr
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
@@ -30,9 +29,15 @@ from sseproxy.shell.app import create_app
 from sseproxy.shell.upstream.egress import EgressProxy, ProxySettings
 from tests.integration.conftest import SERVER_KWARGS, LogCapture
 from tests.integration.egress_proxy import ConnectProxy
+from tests.integration.intercept_sockets import (
+    TIMEOUT,
+    connect_lines,
+    exchange,
+    start_echo,
+    wait_line,
+)
 from tests.streams import chat_chunk, sse
 
-TIMEOUT = 10.0
 PATH = "/v1/chat/completions"
 COMPLETE = sse(chat_chunk("Hello"), chat_chunk(finish="stop"), "[DONE]")
 
@@ -83,29 +88,6 @@ async def listening(
     settings.setdefault("head_timeout", 0.3)
     proxy = InterceptListener(ListenerSettings(hosts, 5, **settings), leaves, server)
     return proxy, await proxy.start("127.0.0.1", 0)
-
-
-def connect_lines(logs: LogCapture) -> list[dict[str, Any]]:
-    parsed = (json.loads(line) for line in "".join(logs.stream.history).splitlines())
-    return [r for r in parsed if r.get("event") == "connect.finished"]
-
-
-async def wait_line(logs: LogCapture) -> dict[str, Any]:
-    async with asyncio.timeout(TIMEOUT):
-        while not connect_lines(logs):
-            await asyncio.sleep(0.01)
-    [line] = connect_lines(logs)
-    return line
-
-
-async def exchange(port: int, data: bytes) -> bytes:
-    """Send `data`, then read until the listener closes."""
-    async with asyncio.timeout(TIMEOUT):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(data)
-        answer = await reader.read()
-        writer.close()
-    return answer
 
 
 def plain_head_of(size: int, authority: str) -> bytes:
@@ -411,12 +393,7 @@ async def test_an_intercepted_https_request_goes_through_the_egress_proxy(
 
 @pytest.fixture
 async def echo() -> AsyncIterator[int]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(65536):
-            writer.write(data)
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await start_echo()
     yield server.sockets[0].getsockname()[1]
     server.close()
 
