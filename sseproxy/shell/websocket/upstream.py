@@ -48,11 +48,14 @@ ITEM_OVERHEAD = 128
 # stops after MAX_EVENTS_PER_TURN frames or once TURN_INFLATED_BYTES of message data came out
 # (a compressed frame is inflated over as many turns as it takes). The rest of the read
 # waits, the socket paused, for a later loop iteration. The answer to the upgrade (and a
-# refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end. 64
-# frames (and 16 relayed items between yields) keep a loop turn near a millisecond: with 256
-# and 64, 100,000 pings held health checks for 20 ms (p99) in `bench.fairness`, 10 ms now.
-MAX_EVENTS_PER_TURN = 64
-TURN_INFLATED_BYTES = 1024 * 1024
+# refusal's body) is handed over SLICE_BYTES at a time, the head up to its exact end. 16
+# frames (and 16 relayed items between yields) keep a loop turn well under a millisecond: with
+# 256 and 64, 100,000 pings held health checks for 20 ms (p99) in `bench.fairness`, 10 ms with
+# 64 and 16, 6 ms now (100,000 one-byte fragments: 5.1 -> 1.4 ms, in the same time).
+# 256 KiB inflate in ~0.5 ms, from reused memory; 1 MiB took ~2.4 ms (fresh pages each time),
+# 4-5 ms a turn under the deflate bomb, and held health checks for 13 ms (p99).
+MAX_EVENTS_PER_TURN = 16
+TURN_INFLATED_BYTES = 256 * 1024
 SLICE_BYTES = 4096
 # A turn that handled TURN_INFLATED_BYTES lets one loop iteration per TURN_INFLATED_BYTES pass
 # before the next, up to this many: a health check or another session needs a few iterations.
