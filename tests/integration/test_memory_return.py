@@ -1,5 +1,5 @@
-"""Memory given back once sessions ended (shell/memory.py): one collection and one trim per
-burst of session ends, at most one per interval, the trim off the loop."""
+"""Memory given back once sessions ended (shell/memory.py): one trim per burst of session ends,
+at most one per interval, off the loop."""
 
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ def test_a_return_waits_for_the_interval_since_the_last_one() -> None:
     assert next_delay(last + RETURN_INTERVAL + 1.0, last) == RETURN_DELAY
 
 
-async def test_a_burst_of_session_ends_costs_one_collection_and_one_trim_off_the_loop(
+async def test_a_burst_of_session_ends_costs_one_trim_off_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(memory, "RETURN_DELAY", 0.0)
-    collected: list[int] = []
     trimmed: list[bool] = []  # whether the trim ran on the loop's thread
     loop_thread = threading.get_ident()
 
@@ -37,18 +36,14 @@ async def test_a_burst_of_session_ends_costs_one_collection_and_one_trim_off_the
         trimmed.append(threading.get_ident() == loop_thread)
         return 1
 
-    def collect() -> int:
-        collected.append(1)
-        return 0
-
-    returns = MemoryReturn(trim, collect)
+    returns = MemoryReturn(trim)
     for _ in range(200):
         returns.ended()
     for _ in range(500):
         if returns.returns:
             break
         await asyncio.sleep(0.01)
-    assert (len(collected), trimmed, returns.returns) == (1, [False], 1)
+    assert (trimmed, returns.returns) == ([False], 1)
     # the next end comes within the interval: it waits for it (not run here)
     returns.ended()
     await asyncio.sleep(0.05)
