@@ -2,7 +2,7 @@
 memory? (issue 28)
 
 `python -m bench.fairness [--rounds 2] [--scenarios ws-fragments,...] [--event-loop asyncio]
-[--quick] [--json FILE] [--proxy-arg=--some-flag=value]`
+[--quick] [--pin] [--json FILE] [--proxy-arg=--some-flag=value]`
 
 Per round and scenario, a fresh `sseproxy` (the installed command, on its defaults: uvloop when
 installed) runs as a subprocess in front of a hostile upstream (`bench.hostile_upstream`, a
@@ -11,7 +11,10 @@ sends `GET /_sseproxy/healthz` every 10 ms on its own connections. The proxy fir
 `--idle` seconds (the idle window), then the scenario runs (its window: until its clients are
 done, plus 1 s for work the proxy does after the last byte). The proxy's peak RSS is its VmHWM
 at the window's end, its "after" RSS the VmRSS `--after` seconds after the scenario's clients
-closed. The table shows medians over rounds; `p99 / idle p99` is against the p99 of every idle
+closed. With `--pin`, the proxy and the prober run on CPU 0 and the hostile peers (the upstream,
+and the clients in this process) on the others: on a 2-core machine the peers otherwise take
+the proxy's and the prober's CPU, and healthz waits for the scheduler as well as for the
+proxy's loop. The table shows medians over rounds; `p99 / idle p99` is against the p99 of every idle
 window of the run together. Each scenario stops by itself (bounded in count, `--timeout` s at
 most); a scenario the proxy refuses, or a proxy that exits, is a FAILED row and exit status 1.
 
@@ -376,6 +379,23 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 10) -> None:
             proc.wait()
 
 
+PROXY_CPUS = {0}
+
+
+def peer_cpus() -> set[int]:
+    others = os.sched_getaffinity(0) - PROXY_CPUS
+    if not others:
+        raise SystemExit("--pin needs two CPUs or more")
+    return others
+
+
+def pinned(args: argparse.Namespace, cpus: set[int]) -> Callable[[], None] | None:
+    """Run in the child before exec (`--pin`): it and every thread it starts use only `cpus`."""
+    if not args.pin:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def sseproxy_command(explicit: str | None) -> str:
     """The installed console script: beside this interpreter (a venv), else on PATH."""
     if explicit:
@@ -431,7 +451,8 @@ async def run_one(name: str, args: argparse.Namespace, upstream: int, work: Path
         *(["--event-loop", args.event_loop] if args.event_loop else []), *args.proxy_arg,
     ]  # fmt: skip
     with (work / f"{tag}.records").open("wb") as out, (work / f"{tag}.stderr").open("wb") as err:
-        proxy = subprocess.Popen(command, stdout=out, stderr=err)
+        pin = pinned(args, PROXY_CPUS)
+        proxy = subprocess.Popen(command, stdout=out, stderr=err, preexec_fn=pin)
     probes = work / f"{tag}.probes"
     prober: subprocess.Popen[bytes] | None = None
     try:
@@ -439,6 +460,7 @@ async def run_one(name: str, args: argparse.Namespace, upstream: int, work: Path
         prober = subprocess.Popen(
             [sys.executable, "-m", "bench.healthz_probe", str(port), str(probes),
              "--timeout", str(PROBE_TIMEOUT_S)],
+            preexec_fn=pinned(args, PROXY_CPUS),
         )  # fmt: skip
         idle_start = time.monotonic() + 0.5  # the prober's first connection is not idle work
         await asyncio.sleep(args.idle + 0.5)
@@ -544,9 +566,12 @@ async def main(args: argparse.Namespace) -> int:
         f"# {platform.node()}: {os.cpu_count()} cores, {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.machine()}; {version or 'sseproxy'}, event loop "
         f"{args.event_loop or 'default'}; medians of {args.rounds} rounds; "
+        f"{'proxy and prober on CPU 0, peers on the others; ' if args.pin else ''}"
         f"load average at start {load_average()}",
         flush=True,
     )
+    if args.pin:
+        os.sched_setaffinity(0, peer_cpus())  # this process's clients, and the upstream
     work = Path(tempfile.mkdtemp(prefix="sseproxy-fairness-"))
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "bench.hostile_upstream", str(up_port)])
@@ -607,6 +632,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=90.0, help="per scenario, seconds")
     parser.add_argument("--sseproxy", help="the sseproxy command (default: the installed one)")
     parser.add_argument("--proxy-arg", action="append", default=[], help="passed to sseproxy")
+    parser.add_argument(
+        "--pin", action="store_true", help="proxy and prober on CPU 0, the peers on the others"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every round's figures here")
     return parser.parse_args(argv)
 
