@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gc
 import hashlib
+import os
 import socket
 import struct
 import zlib
@@ -420,6 +422,56 @@ async def test_a_client_that_stops_reading_holds_its_queue_then_gets_every_messa
     assert [m.data == numbered(i, size) for i, m in enumerate(got)] == [True] * count
     await logs.wait_sessions()
     assert state.ws_held.total == 0  # given back when the session ended
+
+
+def send_buffer_of_peer(client: socket.socket) -> int:
+    """SO_SNDBUF of this process's socket at the other end of `client` (the proxy's side)."""
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            copy = os.dup(fd)
+        except OSError:  # (the directory's own, closed by now)
+            continue
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # not a socket
+            os.close(copy)
+            continue
+        with sock, contextlib.suppress(OSError):  # (not connected)
+            if sock.type == socket.SOCK_STREAM and (
+                sock.getpeername() == client.getsockname()
+                and sock.getsockname() == client.getpeername()
+            ):
+                return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    raise AssertionError("no socket at the other end")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the socket through /proc")
+@needs_sessions
+async def test_the_kernel_holds_at_most_the_queue_for_a_client_that_stops_reading(
+    wsup, proxied, logs
+) -> None:
+    up, _ = wsup
+    count, size = 64, 256 * 1024
+    sent: list[int] = []
+    up.script = sender(count, size, sent)
+    base, _ = await proxied()
+    ws = await session(base)
+    try:
+        # the client reads nothing: the upstream stops once every buffer on the way is full
+        while True:
+            before = len(sent)
+            await asyncio.sleep(0.3)
+            if len(sent) == before:
+                break
+        assert len(sent) < count
+        client = ws.get_extra_info("socket")
+        # Linux keeps twice what it is given; left alone, loopback grows it to megabytes
+        assert send_buffer_of_peer(client) == 2 * websocket.CLIENT_SEND_BUFFER
+        assert 2 * websocket.CLIENT_SEND_BUFFER == MAX_QUEUED_BYTES
+    finally:
+        await ws.close()
+        await ws.http.close()
+    await logs.wait_sessions()
 
 
 @needs_sessions
