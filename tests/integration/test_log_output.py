@@ -130,6 +130,12 @@ async def test_an_unread_log_output_never_stalls_requests_or_healthz(
     assert kept(records) + dropped(records) == REQUESTS
     assert 0 < kept(records) < REQUESTS  # the premise: the bound was reached
     assert metric(exposition) - before == REQUESTS - kept(records)
-    [gap] = [r for r in records if r["event"] == "log.records_dropped"]
-    assert gap["level"] == "warning"
-    assert gap["first_dropped_at"] <= gap["last_dropped_at"] <= gap["timestamp"]
+    # One gap line each time the output fell behind: usually one; more when the writer thread
+    # caught up before the pipe was full (a busy machine runs it late), each after the last
+    gaps = [r for r in records if r["event"] == "log.records_dropped"]
+    assert gaps
+    for gap, later in zip(gaps, [*gaps[1:], None], strict=True):
+        assert gap["level"] == "warning"
+        assert gap["first_dropped_at"] <= gap["last_dropped_at"] <= gap["timestamp"]
+        if later is not None:
+            assert gap["last_dropped_at"] < later["first_dropped_at"]
