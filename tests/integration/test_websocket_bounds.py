@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import gc
 import hashlib
@@ -28,6 +29,7 @@ from yarl import URL
 from sseproxy.config import load
 from sseproxy.shell.app import STATE, create_app
 from sseproxy.shell.budget import HeldBytes
+from sseproxy.shell.pacing import MOST_PER_ITERATION
 from sseproxy.shell.state import ProxyState
 from sseproxy.shell.websocket import session as websocket
 from sseproxy.shell.websocket import upstream as ws_upstream
@@ -829,3 +831,72 @@ async def test_a_client_that_leaves_mid_write_leaves_no_message_behind(
     ]
     assert held == []
     assert state.ws_held.total == 0
+
+
+async def raw_session(base: str) -> socket.socket:
+    """A WebSocket client on a raw socket, upgraded and then left alone."""
+    url = URL(base)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setblocking(False)
+    await loop.sock_connect(sock, (url.host, url.port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    await loop.sock_sendall(
+        sock,
+        f"GET /v1/realtime HTTP/1.1\r\nHost: {url.host}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode(),
+    )
+    assert (await loop.sock_recv(sock, 12)) == b"HTTP/1.1 101"
+    return sock
+
+
+@needs_sessions
+async def test_sessions_whose_clients_leave_together_are_recorded_over_many_loop_iterations(
+    wsup, proxied, logs, monkeypatch
+) -> None:
+    """Clients that leave in one go: their sessions' records are built a few per loop
+    iteration (shell/pacing.py), as HTTP records are, other tasks running between them. All
+    in one iteration, 200 sessions that ended together held the loop ~20 ms (bench.fairness
+    ws-slow-clients, traced)."""
+    up, _ = wsup
+
+    async def script(ws: Any, request: Any) -> None:
+        async for _msg in ws:
+            pass
+
+    up.script = script
+    base, state = await proxied()
+    iterations = 0
+
+    async def count() -> None:
+        nonlocal iterations
+        while True:
+            iterations += 1
+            await asyncio.sleep(0)
+
+    recorded: list[int] = []
+    record = websocket._session_record
+
+    def counted(*args: Any) -> None:
+        recorded.append(iterations)
+        record(*args)
+
+    monkeypatch.setattr(websocket, "_session_record", counted)
+    n = 100
+    socks = [await raw_session(base) for _ in range(n)]
+    ticker = asyncio.ensure_future(count())
+    try:
+        await until(lambda: len(state.sessions) == n, "every session open")
+        for sock in socks:  # one step of this task: the proxy sees them all leave at once
+            sock.close()
+        records = await logs.wait_sessions(n)
+    finally:
+        ticker.cancel()
+        for sock in socks:
+            sock.close()
+    assert len(records) == len(recorded) == n
+    assert {r["end_reason"] for r in records} == {"client_disconnected"}
+    per_iteration = collections.Counter(recorded)
+    assert max(per_iteration.values()) <= MOST_PER_ITERATION  # never all of them at once
+    assert len(per_iteration) >= n // MOST_PER_ITERATION + 1

@@ -367,9 +367,12 @@ async def session(
         upstream.abort()
         upstream.forget()
         state.memory.ended()
-        for result in s.judge.close(s.end, s.close_code, s.close_reason):
-            _turn_record(state, x, s, result)
-        _session_record(state, x, s, handshake, bool(ws.compress))
+        try:
+            await state.steps.wait()  # as many records at once (200 clients that left together)
+        finally:  # written even when cancelled meanwhile
+            for result in s.judge.close(s.end, s.close_code, s.close_reason):
+                _turn_record(state, x, s, result)
+            _session_record(state, x, s, handshake, bool(ws.compress))
     return ws
 
 
