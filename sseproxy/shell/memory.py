@@ -8,7 +8,7 @@ stalled clients left, RSS stayed at 450 MB with 12 MB in use; after 300 HTTP cli
 stopped reading left, at 160 MB. A burst of such ends is followed by one `malloc_trim(0)`
 (glibc only) in a worker thread: it walks every heap, 10-90 ms, and ctypes lets the loop run
 meanwhile. No cyclic collection is forced: a full one took 35-60 ms on the loop after 200
-sessions, and RSS came back as far without it (58 MB with it, 59 MB without; idle 51 MB).
+sessions, and RSS came back as far without it (58 MB with it, 60 MB without; idle 51 MB).
 """
 
 from __future__ import annotations
