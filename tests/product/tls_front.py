@@ -46,6 +46,10 @@ class Fronts:
         self.connects: list[str] = []  # the targets the egress proxy was asked for
         self._loop = asyncio.new_event_loop()
         self._servers: list[asyncio.Server] = []
+        # Every connection's writer until `stop` closes it: a relay left waiting on a peer that
+        # closed without EOF is a cycle the collector may take mid-test (task, reader, writer,
+        # transport), and the writer's ResourceWarning then fails whatever test runs then.
+        self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fronts", daemon=True)
 
     def start(self) -> Fronts:
@@ -66,17 +70,20 @@ class Fronts:
         self.egress_port = egress.sockets[0].getsockname()[1]
 
     async def _terminate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.backend_port)
         except OSError:
             writer.close()
             return
+        self._writers.add(up_writer)
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         writer.close()
         up_writer.close()
 
     async def _egress(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """`CONNECT host:port`, whatever the host: 200, then the TLS front's bytes."""
+        self._writers.add(writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             method, target, _ = head.split(b"\r\n", 1)[0].decode("ascii").split(" ", 2)
@@ -84,6 +91,7 @@ class Fronts:
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             writer.close()
             return
+        self._writers.add(up_writer)
         self.connects.append(f"{method} {target}")
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
@@ -91,6 +99,7 @@ class Fronts:
         up_writer.close()
 
     async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(65536):
                 self.echoed += len(data)
@@ -102,6 +111,8 @@ class Fronts:
         async def close() -> None:
             for server in self._servers:
                 server.close()
+            for writer in self._writers:
+                writer.close()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
