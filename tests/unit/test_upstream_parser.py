@@ -331,6 +331,17 @@ def test_any_rechunking_gives_the_same_head_body_end_and_rest(wire: bytes, cuts:
     assert bool(split.rest.strip(b"\r\n")) == bool(whole.rest.strip(b"\r\n"))
 
 
+def test_stray_bytes_after_trailers_ended_across_short_reads_are_all_handed_back() -> None:
+    """The trailers' last CRLF in a read of its own, then a read with the rest of the end and
+    a stray response: all of the stray bytes come back (before, the end straddling a read of
+    under 3 bytes was missed, and only the last stray byte came back)."""
+    stray = b"HTTP/1.1 200 OK\r\n\r\n"
+    wire = chunked(*EVENTS, trailers=b"x-t: 1\r\n") + stray
+    at = len(wire) - len(stray) - 3  # "\r" | "\n" | "\r\n" + stray
+    parsed = parse([wire[:at], wire[at : at + 1], wire[at + 1 :]])
+    assert parsed.complete and parsed.rest == stray
+
+
 def test_the_framing_is_a_fact_of_the_head() -> None:
     parser = ResponseParser()
     parser.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n")

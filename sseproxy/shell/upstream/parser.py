@@ -169,7 +169,8 @@ class ResponseParser:
         # Fed whole: scanning every read for CRLF CRLF would cost more than parsing it.
         self._read_body = 0
         trailer_bytes = self._trailer_bytes
-        tail, self._tail = self._tail, data[-3:]  # an end may straddle two reads
+        # An end may straddle reads (of fewer than 3 bytes, too: keep the last 3 fed).
+        tail, self._tail = self._tail, (self._tail + data)[-3:]
         self._execute(data)
         if self.complete:
             return self._past_chunked_end(data, tail) if self._stray else b""
