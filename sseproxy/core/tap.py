@@ -296,7 +296,7 @@ class StreamTap:
                         self.on_frames(sse.feed(chunk[:end]))
                         chunk = chunk[end:]
                 if several and sse.ready:
-                    chunk = self._take_blocks(chunk, sse, take_block)
+                    chunk = self._take_blocks(chunk, sse, assembler)
                     if not chunk:
                         return assembler.content_deltas - before
             event = sse.whole_event(chunk)
@@ -342,24 +342,15 @@ class StreamTap:
             self._fast = (reader.decoder, assembler, take_block)
             self._direct = self._fast if not self._decoder.pending else None
 
-    def _take_blocks(
-        self, chunk: bytes, sse: SSEDecoder, take_block: Callable[[bytes, int, int], bool]
-    ) -> bytes:
+    def _take_blocks(self, chunk: bytes, sse: SSEDecoder, assembler: Assembler) -> bytes:
         """Take the usual blocks of deltas at the start of `chunk` without events, while they
         come; returns what is left from the first other block on, for the decoder."""
-        size = len(chunk)
-        cap = sse.max_event_bytes
-        pos = taken = 0
-        end = chunk.find(b"\n\n") + 2
-        while 2 <= end - pos <= cap and take_block(chunk, pos, end):
-            taken += 1
-            pos = end
-            end = chunk.find(b"\n\n", pos) + 2
+        pos, taken = assembler.take_blocks(chunk, 0, sse.max_event_bytes)
         if not taken:
             return chunk
         self.events += taken
         sse.pos += pos
-        return b"" if pos == size else chunk[pos:]
+        return b"" if pos == len(chunk) else chunk[pos:]
 
     @property
     def backlog(self) -> bool:

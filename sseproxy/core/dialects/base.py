@@ -262,6 +262,18 @@ class Assembler:
         nothing (the decoder then takes it). The tap's shortcut for nearly every chunk."""
         return False
 
+    def take_blocks(self, buf: bytes, pos: int, cap: int) -> tuple[int, int]:
+        """`take_block` on each block of `buf` from `pos` (a block boundary) on, while they
+        are taken: (where the first block not taken starts, how many were taken). A dialect
+        may take a run of blocks at once, as these calls would one by one."""
+        taken = 0
+        end = buf.find(b"\n\n", pos) + 2
+        while 2 <= end - pos <= cap and self.take_block(buf, pos, end):
+            taken += 1
+            pos = end
+            end = buf.find(b"\n\n", pos) + 2
+        return pos, taken
+
     def on_line(self, line: Line) -> None:
         self.last_event = "chunk"
         self.anomalies["unexpected_framing"] += 1

@@ -95,6 +95,10 @@ PAD = 1  # a string nothing reads (OpenAI's `obfuscation`): only checked to be a
 # What a hole's pattern takes: the usual strings, needing no check beyond UTF-8 (text) or none
 # (OpenAI's padding is letters and digits).
 _HOLE_RE = {TEXT: rb'([^"\\\x00-\x1f]*)', PAD: rb"[A-Za-z0-9]*"}
+# A run of blocks (a bulk read) is matched and its texts found in two C calls; there a text
+# also takes JSON's short escapes (a newline in an answer is `\n`), decoded once for the run.
+# Not `\u`: a surrogate pair split between two deltas must not join where one by one they fail.
+_RUN_HOLE_RE = {TEXT: rb'([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)', PAD: _HOLE_RE[PAD]}
 # Shapes are learnt from events up to this size; real deltas are a few hundred bytes.
 SHAPE_MAX_BYTES = 4096
 
@@ -120,6 +124,7 @@ class Shape:
         "head",
         "holes",
         "last",
+        "run_res",
         "tail",
     )
 
@@ -143,6 +148,7 @@ class Shape:
         # Compiled when first needed: a stream matches either events or blocks.
         self.data_re: re.Pattern[bytes] | None = None
         self.block_re: re.Pattern[bytes] | None = None
+        self.run_res: tuple[re.Pattern[bytes], re.Pattern[bytes]] | None = None
 
     def _pattern(self, block: bool) -> re.Pattern[bytes]:
         """The usual event in one C call: the literals around holes that hold no quote, no
@@ -199,6 +205,23 @@ class Shape:
         holes_after = tuple(zip(kinds[:-1], literals[1:-1], strict=True))
         shape = cls(prefix, literals[0], holes_after, kinds[-1], literals[-1])
         return shape if shape.match(data) is not None else None
+
+    def block_pattern(self) -> re.Pattern[bytes]:
+        """The usual block of this shape (group 1: its text, if it has one) in one C call;
+        what it refuses may still be one (`match_block` scans escapes)."""
+        return self.block_re or self._pattern(True)
+
+    def run_patterns(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+        """(one or more usual blocks in a row, one usual block with its text as group 1), the
+        text's short escapes included (`_RUN_HOLE_RE`): for `findall` over a run."""
+        if self.run_res is None:
+            holes = b"".join(
+                _RUN_HOLE_RE[kind] + re.escape(literal)
+                for kind, literal in (*self.holes, (self.last, b""))
+            )
+            one = re.escape(self.block_head) + holes + re.escape(self.block_tail)
+            self.run_res = (re.compile(b"(?:" + one + b")+"), re.compile(one))
+        return self.run_res
 
     def match(self, data: bytes) -> str | None:
         """The text of an event's data of this shape, else None."""

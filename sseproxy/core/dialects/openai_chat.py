@@ -13,12 +13,19 @@ from sseproxy.core.dialects.base import MAX_CHOICES, Assembler, Outcome, as_int,
 from sseproxy.core.dialects.fastpath import PAD, TEXT, Shape, is_plain_delta
 from sseproxy.core.dialects.spec import DialectSpec, Drills, done_marker, generic_error
 from sseproxy.core.events import SSEEvent
+from sseproxy.core.jsonvalue import loads
 from sseproxy.core.verdict import Dialect, FinishCategory, State, Usage
 
 NATURAL = {"stop": FinishCategory.STOP, "tool_calls": FinishCategory.TOOL_USE}
 NATURAL["function_call"] = FinishCategory.TOOL_USE
 FIRST_PART = (0, 0)  # choice 0, its only part: where a plain delta's text goes
 CUT_SHORT = {"length": FinishCategory.LENGTH, "content_filter": FinishCategory.CONTENT_FILTER}
+
+
+def _text(body: bytes) -> str:
+    """A JSON string's body (valid where the run pattern matched it) as text; ValueError
+    for invalid UTF-8."""
+    return str(loads(b'"' + body + b'"')) if b"\\" in body else body.decode()
 
 
 def chat_usage(raw: dict[str, Any]) -> Usage:
@@ -57,6 +64,53 @@ class OpenAIChatAssembler(Assembler):
         if text:
             self.text.add(FIRST_PART, text)
             self.content_deltas += 1
+        return True
+
+    def take_blocks(self, buf: bytes, pos: int, cap: int) -> tuple[int, int]:
+        """A bulk read's run of plain delta blocks in a few C calls: the shape's run pattern
+        finds the run, `findall` its texts, decoded together; a block no run takes goes
+        through `take_block`. Stops where `take_block` would return False."""
+        plain = self.plain
+        if plain is None or self.done or not plain.has_text:
+            return super().take_blocks(buf, pos, cap)
+        run, block = plain.run_patterns()
+        taken = 0
+        runs = True
+        while True:
+            found = run.match(buf, pos) if runs else None
+            # A run within `cap` holds no block over it; invalid UTF-8 in one: block by block.
+            if found is not None and found.end() - pos <= cap:
+                texts = block.findall(buf, pos, found.end())
+                if self._add_run(texts):
+                    taken += len(texts)
+                    pos = found.end()
+                else:
+                    runs = False
+            end = buf.find(b"\n\n", pos) + 2
+            if not 2 <= end - pos <= cap or not self.take_block(buf, pos, end):
+                return pos, taken
+            taken += 1
+            pos = end
+
+    def _add_run(self, pieces: list[bytes]) -> bool:
+        """The texts of a run of plain deltas, counted as `take_block` would count each;
+        False (nothing counted) when one is not valid UTF-8."""
+        joined = b"".join(pieces)
+        try:
+            text = _text(joined)
+        except ValueError:
+            return False
+        self.last_event = "chunk"
+        deltas = len(pieces) - pieces.count(b"")
+        self.content_deltas += deltas
+        parts = self.text
+        if parts.retained + len(text) <= parts.cap or parts.retained == parts.cap:
+            if text:  # all kept, or (the cap is full) all counted as dropped
+                parts.add(FIRST_PART, text)
+        else:  # the cap falls within the run: as the deltas would be, one by one
+            for piece in pieces:
+                if piece:
+                    parts.add(FIRST_PART, _text(piece))
         return True
 
     def on_event(self, event: SSEEvent) -> None:
